@@ -1,0 +1,5 @@
+"""``python -m wxstats`` (also what torchrun runs with ``-m wxstats``)."""
+
+from wxstats.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Readers of datasets: list samples, read one, describe it for errors."""

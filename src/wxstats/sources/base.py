@@ -1,0 +1,50 @@
+"""What every source provides: an ordered list of samples and how to read one.
+
+Sources know nothing of ranks, accumulators or output files: they list
+samples, read one into :class:`~wxstats.kernels.Block` views (one per
+stream), and describe a sample for error messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from wxstats.kernels import Block
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One group of features reduced together ("state", or a forcing field)."""
+
+    name: str
+    features: list[str]
+    units: list[str]
+    diff_steps: tuple[int, ...] = ()
+    long_names: list[str] = field(default_factory=list)
+
+
+class Source(Protocol):
+    """An ordered list of samples (see module docstring)."""
+
+    kind: str
+    streams: list[StreamSpec]
+    attrs: dict[str, Any]
+
+    def __len__(self) -> int: ...
+
+    def read(self, index: int) -> dict[str, Block]:
+        """The blocks of sample ``index``, keyed by stream name."""
+        ...
+
+    def describe(self, index: int) -> str:
+        """Where sample ``index`` comes from, for messages (a file name...)."""
+        ...
+
+    def nbytes(self, index: int) -> int:
+        """Bytes read for sample ``index`` (progress and estimates)."""
+        ...
+
+    def identity(self) -> dict[str, Any]:
+        """What the data is (files, sizes, times): to refuse a stale resume."""
+        ...

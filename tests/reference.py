@@ -1,0 +1,70 @@
+"""Independent float64 two-pass reference statistics, written for the tests only.
+
+Nothing here imports wxstats' computing code: it loads the raw files with
+numpy, widens to float64 and applies the textbook definitions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+
+def two_pass(values: np.ndarray, axis) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, population std) in float64 by the two-pass formula."""
+    v = np.asarray(values, dtype=np.float64)
+    mean = v.mean(axis=axis)
+    centred = v - np.expand_dims(mean, axis) if np.ndim(axis) == 0 else v - mean
+    return mean, np.sqrt((centred * centred).mean(axis=axis))
+
+
+def meps_reference(config_path: Path, split: str = "train", step: int | None = None) -> dict:
+    """The DESIGN.md §1 definitions, applied directly to the MEPS files."""
+    config = yaml.safe_load(Path(config_path).read_text())
+    ds = config["dataset"]
+    step = step or int(ds["step_length"])
+    folder = Path(config_path).parent / "samples" / split
+    files = sorted(p for p in folder.glob("nwp_*_mbr*.npy"))
+    removed = set(ds.get("remove_state_features_with_index") or [])
+    states, fluxes, diffs = [], [], []
+    for path in files:
+        x = np.load(path).astype(np.float64)
+        keep = [c for c in range(x.shape[-1]) if c not in removed]
+        x = x[..., keep]
+        t_len = x.shape[0]
+        x = x.reshape(t_len, -1, x.shape[-1])
+        states.append(x)
+        used = (t_len // step) * step
+        later = np.arange(step, used)
+        diffs.append(x[later] - x[later - step])
+        stamp = path.name.split("_")[1]
+        flux = np.load(folder / f"nwp_toa_downwelling_shortwave_flux_{stamp}.npy")
+        fluxes.append(flux.astype(np.float64)[2:].ravel())
+    state = np.concatenate(states).reshape(-1, states[0].shape[-1])
+    diff = np.concatenate(diffs).reshape(-1, states[0].shape[-1])
+    flux = np.concatenate(fluxes)
+    mean, std = two_pass(state, 0)
+    diff_mean, diff_std = two_pass(diff, 0)
+    flux_mean, flux_std = two_pass(flux, 0)
+    return {
+        "count": state.shape[0],
+        "mean": mean,
+        "std": std,
+        "min": state.min(axis=0),
+        "max": state.max(axis=0),
+        "diff_count": diff.shape[0],
+        "diff_mean": diff_mean,
+        "diff_std": diff_std,
+        "flux": (flux.size, flux_mean, flux_std),
+        "step": step,
+    }
+
+
+def assert_close(actual, expected, rtol: float = 1e-10, what: str = "") -> None:
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    scale = np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
+    rel = np.abs(actual - expected) / scale
+    assert np.all(rel <= rtol), f"{what}: max relative error {rel.max():.3g} > {rtol}"

@@ -1,0 +1,119 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from reference import assert_close, meps_reference
+
+from wxstats.cli import main
+
+
+def test_example_end_to_end(tmp_path, capsys):
+    assert main(["example", str(tmp_path / "ex"), "--times", "2", "--grid", "10", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "pres_0g" in out and "z_500" in out and "toa_downwelling_shortwave_flux" in out
+    static = tmp_path / "ex" / "static"
+    ref = meps_reference(tmp_path / "ex" / "meps.datastore.yaml")
+    mean = torch.load(static / "parameter_mean.pt", weights_only=True)
+    assert_close(mean.numpy(), ref["mean"], 1e-7, "float32 mean")  # float32 rounding only
+
+
+def test_existing_outputs_are_not_replaced_without_overwrite(meps_copy, capsys):
+    assert main(["compute", str(meps_copy), "--quiet"]) == 0
+    std_file = meps_copy.parent / "static" / "parameter_std.pt"
+    before = std_file.read_bytes()
+    x_path = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[0]
+    x = np.load(x_path)
+    x *= 1.5
+    np.save(x_path, x)
+    assert main(["compute", str(meps_copy), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "parameter_mean.pt" in err and "--overwrite" in err
+    assert std_file.read_bytes() == before
+    assert main(["compute", str(meps_copy), "--quiet", "--overwrite"]) == 0
+    assert std_file.read_bytes() != before
+
+
+def test_summary_schema_and_exact_floats(meps_small, tmp_path):
+    out = tmp_path / "out"
+    summary_path = tmp_path / "s.json"
+    assert (
+        main(
+            [
+                "compute",
+                str(meps_small),
+                "--quiet",
+                "--output-dir",
+                str(out),
+                "--summary",
+                str(summary_path),
+            ]
+        )
+        == 0
+    )
+    summary = json.loads(summary_path.read_text())
+    ref = meps_reference(meps_small)
+    assert set(summary) >= {"variables", "state", "diff", "forcing", "run"}
+    assert len(summary["variables"]) == 17
+    assert set(summary["state"]) >= {"count", "mean", "std", "min", "max"}
+    assert set(summary["diff"]) == {"3"}
+    assert_close(summary["state"]["mean"], ref["mean"], 1e-10, "mean")
+    assert_close(summary["diff"]["3"]["std"], ref["diff_std"], 1e-10, "diff std (raw scale)")
+    flux = summary["forcing"]["toa_downwelling_shortwave_flux"]
+    assert flux["count"] == ref["flux"][0]
+    assert_close([flux["mean"], flux["std"]], ref["flux"][1:], 1e-10, "flux")
+    assert {"world_size", "wxstats_version", "host"} <= set(summary["run"])
+    assert "host" not in json.dumps({k: v for k, v in summary.items() if k != "run"})
+
+
+def test_python_dash_m_and_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "wxstats", "compute", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--step-length" in result.stdout and "examples:" in result.stdout
+
+
+def test_level_weights_option(meps_small, tmp_path):
+    out = tmp_path / "o"
+    weights = "2=1,0=0.5,65=0.065,1000=0.1,850=0.05,500=0.25"
+    assert (
+        main(
+            [
+                "compute",
+                str(meps_small),
+                "--quiet",
+                "--output-dir",
+                str(out),
+                "--level-weights",
+                weights,
+            ]
+        )
+        == 0
+    )
+    w = np.load(out / "parameter_weights.npy")
+    assert w.dtype == np.float32 and w[0] == np.float32(0.5) and w[-1] == np.float32(0.25)
+
+
+def test_unknown_level_is_a_clear_error(meps_small, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "compute",
+                str(meps_small),
+                "--quiet",
+                "--output-dir",
+                str(tmp_path / "o"),
+                "--level-weights",
+                "2=1",
+            ]
+        )
+        == 2
+    )
+    assert "pres_0g" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "parameter_mean.pt").exists()
