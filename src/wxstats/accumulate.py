@@ -205,6 +205,15 @@ class RunAccumulator:
 
     streams: dict[str, StreamAccumulator]
 
+    def empty_like(self) -> RunAccumulator:
+        """An empty accumulator of the same layout (streams, features, steps)."""
+        return RunAccumulator(
+            {
+                name: StreamAccumulator.empty(s.values.n_features, tuple(sorted(s.diffs)))
+                for name, s in self.streams.items()
+            }
+        )
+
     def merge(self, other: RunAccumulator) -> None:
         for name, stream in other.streams.items():
             self.streams[name].merge(stream)
