@@ -63,7 +63,8 @@ class Reference:
             spread = float(np.max(np.abs(finite - k))) if np.isfinite(finite - k).all() else big
             magnitude = spread if spread > 0 else abs(k)
             if magnitude > 0 and np.isfinite(magnitude):
-                scale[f] = 2.0 ** np.frexp(magnitude)[1]
+                # keep 1/scale a normal float64 so that multiplying by it is exact
+                scale[f] = 2.0 ** int(np.clip(np.frexp(magnitude)[1], -1020, 1020))
         return Reference(shift=shift, scale=scale)
 
 

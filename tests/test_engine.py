@@ -1,0 +1,168 @@
+"""The engine against a float64 reference on random data (property-based)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import assert_close
+
+from wxstats.api import partition
+from wxstats.engine import accumulate, empty_accumulator, references
+from wxstats.errors import InputError
+from wxstats.kernels import Block
+from wxstats.sources.base import StreamSpec
+from wxstats.stats import finalize
+
+
+class ArraySource:
+    """In-memory samples (T, G, F) for tests: state with diffs of the given lags."""
+
+    kind = "arrays"
+
+    def __init__(self, samples: list[np.ndarray], lags: tuple[int, ...]) -> None:
+        self.samples = samples
+        n_f = samples[0].shape[-1]
+        names = [f"v{i}" for i in range(n_f)]
+        self.streams = [StreamSpec("state", names, [""] * n_f, lags)]
+        self.attrs: dict = {}
+        self.lags = lags
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def read(self, index: int) -> dict[str, Block]:
+        a = self.samples[index]
+        return {
+            "state": Block(
+                a, np.arange(a.shape[-1]), (0, a.shape[0]), {k: (k, a.shape[0]) for k in self.lags}
+            )
+        }
+
+    def describe(self, index: int) -> str:
+        return f"sample {index}"
+
+    def nbytes(self, index: int) -> int:
+        return self.samples[index].nbytes
+
+    def identity(self) -> dict:
+        return {}
+
+
+def _reference(samples, lags, skipna):
+    flat = np.concatenate([s.reshape(-1, s.shape[-1]) for s in samples]).astype(np.float64)
+    out = {}
+    for f in range(flat.shape[1]):
+        col = flat[:, f]
+        col = col[~np.isnan(col)] if skipna else col
+        m = col.mean()
+        out[f] = (col.size, m, np.sqrt(((col - m) ** 2).mean()), col.min(), col.max())
+    diffs = {}
+    samples = [s.astype(np.float64) for s in samples]
+    for k in lags:
+        d = np.concatenate([(s[k:] - s[:-k]).reshape(-1, s.shape[-1]) for s in samples if
+                            s.shape[0] > k]).astype(np.float64)  # fmt: skip
+        diffs[k] = []
+        for f in range(d.shape[1]):
+            col = d[:, f][np.isfinite(d[:, f])]
+            m = col.mean()
+            diffs[k].append((col.size, m, np.sqrt(((col - m) ** 2).mean())))
+    return out, diffs
+
+
+def _run(source, world, skipna=False, reverse=False):
+    refs = references(source)
+    total = empty_accumulator(source)
+    ranks = range(world - 1, -1, -1) if reverse else range(world)
+    for rank in ranks:
+        total.merge(accumulate(source, partition(len(source), rank, world), refs, skipna=skipna))
+    return finalize(total, source.streams, refs, source.kind)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n_samples=st.integers(1, 6),
+    t=st.integers(3, 7),
+    g=st.integers(1, 40),
+    f=st.integers(1, 3),
+    offset=st.sampled_from([0.0, 280.0, 1e5, -5e4]),
+    spread=st.sampled_from([1e-2, 1.0, 1e3]),
+    nan_fraction=st.sampled_from([0.0, 0.0, 0.05]),
+    world=st.integers(1, 7),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_data_matches_reference_for_any_world_size(
+    n_samples, t, g, f, offset, spread, nan_fraction, world, dtype, seed
+):
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n_samples):
+        x = (offset + spread * rng.standard_normal((t, g, f))).astype(dtype)
+        x[rng.random(x.shape) < nan_fraction] = np.nan
+        x[0, 0, :] = offset + spread  # at least one finite value per feature
+        samples.append(x)
+    lags = (1, 2)
+    source = ArraySource(samples, lags)
+    skipna = nan_fraction > 0
+    stats = _run(source, world, skipna=skipna)
+    again = _run(source, 1, skipna=skipna, reverse=True)
+    assert stats.state.std.tobytes() == again.state.std.tobytes()
+    assert stats.state.mean.tobytes() == again.state.mean.tobytes()
+    ref, ref_diffs = _reference(samples, lags, skipna)
+    for i in range(f):
+        count, mean, std, lo, hi = ref[i]
+        assert stats.state.count[i] == count
+        assert_close(stats.state.mean[i], mean, 1e-10, "mean")
+        if std > 1e-9 * abs(mean):
+            assert_close(stats.state.std[i], std, 1e-9, "std")
+        assert stats.state.minimum[i] == lo and stats.state.maximum[i] == hi
+        for k in lags:
+            dcount, dmean, dstd = ref_diffs[k][i]
+            assert stats.state.diff[k].count[i] == dcount
+            assert abs(stats.state.diff[k].mean[i] - dmean) <= 1e-10 * max(dstd, abs(dmean))
+            assert_close(stats.state.diff[k].std[i], dstd, 1e-9, "diff std")
+
+
+@pytest.mark.parametrize("magnitude", [1e160, -1e160, 1e-310, 3e-320])
+def test_huge_and_denormal_values(magnitude):
+    rng = np.random.default_rng(7)
+    samples = [magnitude * (2.0 + rng.standard_normal((5, 30, 2))) for _ in range(3)]
+    source = ArraySource(samples, (1,))
+    stats = _run(source, 2)
+    # the reference on data rescaled exactly by a power of two (no overflow/underflow)
+    k = 2.0 ** np.frexp(abs(magnitude))[1]
+    ref, ref_diffs = _reference([s / k for s in samples], (1,), False)
+
+    def close(actual, expected_scaled):
+        # a denormal result is exact only to its own spacing (5e-324): allow one of it
+        expected = expected_scaled * k
+        assert abs(actual - expected) <= max(1e-10 * abs(expected), np.spacing(0.0)), (
+            actual,
+            expected,
+        )
+
+    for i in range(2):
+        close(stats.state.mean[i], ref[i][1])
+        close(stats.state.std[i], ref[i][2])
+        close(stats.state.diff[1].std[i], ref_diffs[1][i][2])
+    assert np.isfinite(stats.state.std).all()
+
+
+def test_constant_and_near_constant_variables():
+    base = np.full((4, 10, 2), 101325.0)
+    base[..., 1] += np.arange(10) * 1e-6  # near-constant: spread 1e-6 on 1e5
+    stats = _run(ArraySource([base, base.copy()], (1,)), 2)
+    assert stats.state.std[0] == 0.0 and stats.state.diff[1].std[0] == 0.0
+    assert any("v0" in w and "std 0" in w for w in stats.warnings)
+    assert not any("v1" in w for w in stats.warnings)
+    ref, _ = _reference([base, base], (1,), False)
+    assert_close(stats.state.std[1], ref[1][2], 1e-6, "near-constant std")
+
+
+def test_all_nan_variable_is_an_error_even_with_skipna():
+    x = np.random.default_rng(0).standard_normal((4, 10, 2))
+    x[..., 1] = np.nan
+    with pytest.raises(InputError, match="v1.*no finite values"):
+        _run(ArraySource([x], (1,)), 1, skipna=True)
