@@ -59,6 +59,7 @@ def meps_reference(config_path: Path, split: str = "train", step: int | None = N
         "diff_std": diff_std,
         "flux": (flux.size, flux_mean, flux_std),
         "step": step,
+        "names": list(ds["var_names"]),
     }
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import numpy as np
-from reference import assert_close, two_pass
 
+from reference import assert_close, two_pass
 from wxstats.accumulate import Moments, Reference, RunAccumulator, StreamAccumulator
 
 

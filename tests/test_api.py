@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from reference import assert_close, meps_reference
 
+from reference import assert_close, meps_reference
 from wxstats.api import (
     ComputeOptions,
     compute,

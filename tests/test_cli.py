@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 import torch
-from reference import assert_close, meps_reference
 
+from reference import assert_close, meps_reference
 from wxstats.cli import main
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reference import assert_close
 
+from reference import assert_close
 from wxstats.api import partition
 from wxstats.engine import accumulate, empty_accumulator, references
 from wxstats.errors import InputError

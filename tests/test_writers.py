@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 import xarray as xr
-from reference import assert_close, meps_reference
 
+from reference import assert_close, meps_reference
 from wxstats import atomic
 from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
 from wxstats.errors import WxstatsError
