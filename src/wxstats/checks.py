@@ -99,14 +99,6 @@ def findings(stats: StatsSet) -> list[Finding]:
     return out
 
 
-def flagged(stats: StatsSet) -> dict[tuple[str, str], list[str]]:
-    """Findings keyed by (category, variable)."""
-    by_var: dict[tuple[str, str], list[str]] = {}
-    for f in findings(stats):
-        by_var.setdefault((f.category, f.variable), []).append(f.message)
-    return by_var
-
-
 def standardized_range(stream: StreamSet) -> tuple[np.ndarray, np.ndarray] | None:
     """((min - mean) / std, (max - mean) / std): how far the extremes reach, in std."""
     need = ("mean", "std", "min", "max")

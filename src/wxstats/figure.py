@@ -21,7 +21,7 @@ from wxstats.readers import StatsSet
 
 ROW_INCHES = 0.2
 WARN_COLOR = "#c0392b"
-SIGMA_TICKS = [s * v for v in (1000, 300, 100, 30, 10, 5, 2) for s in (-1, 1)] + [0]
+SIGMA_TICKS = sorted([s * v for v in (1e4, 1e3, 100, 10, 3) for s in (-1, 1)] + [0])
 
 
 @dataclass
@@ -112,10 +112,11 @@ def render_png(stats: StatsSet, flags: dict[tuple[str, str], list[str]], title: 
     if np.isfinite(rows.z_min).any():
         ax.hlines(y, rows.z_min, rows.z_max, color="#2c7fb8", lw=3, zorder=2)
         ax.plot(np.zeros(n), y, "|", color="k", ms=8, zorder=3)
-        reach = max(5.0, float(np.nanmax(np.abs(np.r_[rows.z_min, rows.z_max]))) * 1.1)
-        ax.set_xscale("symlog", linthresh=5, linscale=2)
-        ax.set_xlim(-reach, reach)
-        ticks = [t for t in SIGMA_TICKS if abs(t) <= reach]
+        low = min(-5.0, 1.2 * float(np.nanmin(rows.z_min)))
+        high = max(5.0, 1.2 * float(np.nanmax(rows.z_max)))
+        ax.set_xscale("symlog", linthresh=5)
+        ax.set_xlim(low, high)
+        ticks = [t for t in SIGMA_TICKS if low <= t <= high]
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.xaxis.set_minor_locator(NullLocator())
         ax.axvline(0, color="0.3", lw=0.8)

@@ -173,19 +173,25 @@ def report_html(stats: StatsSet, flags: dict[tuple[str, str], list[str]], png: b
     return "\n".join(parts) + "\n"
 
 
-def write_report(path: str | Path, out_dir: str | Path, split: str | None = None) -> list[Path]:
+def write_report(
+    path: str | Path, out_dir: str | Path, split: str | None = None
+) -> tuple[list[Path], list]:
     """Read the statistics at ``path``; write the PNG and HTML report into ``out_dir``.
+    Returns the files written and the :class:`~wxstats.checks.Finding` list.
 
     Earlier reports of the same name are replaced (atomically: a failed run
     leaves the old ones).
     """
     from wxstats.atomic import write_all
-    from wxstats.checks import flagged
+    from wxstats.checks import findings
     from wxstats.figure import render_png
     from wxstats.readers import read_stats
 
     stats = read_stats(path, split)
-    flags = flagged(stats)
+    found = findings(stats)
+    flags: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        flags.setdefault((f.category, f.variable), []).append(f.message)
     png = render_png(stats, flags, _title(stats))
     page = report_html(stats, flags, png)
     out = Path(out_dir)
@@ -194,4 +200,4 @@ def write_report(path: str | Path, out_dir: str | Path, split: str | None = None
         {targets[0]: lambda p: p.write_bytes(png), targets[1]: lambda p: p.write_text(page)},
         overwrite=True,
     )
-    return targets
+    return targets, found
