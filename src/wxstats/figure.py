@@ -20,6 +20,7 @@ from wxstats.checks import standardized_range
 from wxstats.readers import StatsSet
 
 ROW_INCHES = 0.2
+LABEL_PT = 8
 WARN_COLOR = "#c0392b"
 SIGMA_TICKS = sorted([s * v for v in (1e4, 1e3, 100, 10, 3) for s in (-1, 1)] + [0])
 
@@ -98,9 +99,19 @@ def render_png(stats: StatsSet, flags: dict[tuple[str, str], list[str]], title: 
     n = len(rows.labels)
     y = np.arange(n)
     height = 1.9 + ROW_INCHES * max(n, 8)
-    fig = Figure(figsize=(17, height), dpi=100, layout="constrained")
+    # margins computed, not searched for (constrained layout takes seconds at 100 rows)
+    label_inches = 0.3 + max(len(label) for label in rows.labels) * LABEL_PT * 0.6 / 72
+    width = 12.5 + label_inches
+    fig = Figure(figsize=(width, height), dpi=100)
+    fig.subplots_adjust(
+        left=label_inches / width,
+        right=1 - 0.15 / width,
+        top=1 - 0.75 / height,
+        bottom=0.45 / height,
+        wspace=0.06,
+    )
     axes = fig.subplots(1, 4, sharey=True, gridspec_kw={"width_ratios": [1.3, 1.2, 1.0, 0.7]})
-    fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.suptitle(title, x=0.01, y=1 - 0.12 / height, ha="left", va="top", fontsize=11)
     for ax in axes:
         for row in range(0, n, 2):
             ax.axhspan(row - 0.5, row + 0.5, color="0.94", zorder=0, lw=0)
@@ -123,7 +134,7 @@ def render_png(stats: StatsSet, flags: dict[tuple[str, str], list[str]], title: 
     else:
         _no_data(ax, "no min/max in this file")
     ax.set_title("min … max, in std from the mean", fontsize=10)
-    ax.set_yticks(y, rows.labels, fontsize=8, fontfamily="monospace")
+    ax.set_yticks(y, rows.labels, fontsize=LABEL_PT, fontfamily="monospace")
     for tick, bad in zip(ax.get_yticklabels(), rows.flagged, strict=True):
         if bad:
             tick.set_color(WARN_COLOR)
