@@ -130,3 +130,11 @@ def test_values_compared_are_the_files_values(datastore):
     entry = next(e for e in result.entries if e.variable == "z_500" and e.quantity == "std")
     assert entry.a == a.state.values["std"][16]
     assert entry.b == np.float32(b.state.values["std"][16])
+
+
+def test_compare_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "wxstats compare " in out

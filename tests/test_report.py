@@ -139,3 +139,11 @@ def test_report_of_unreadable_input_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path / "bad.nc"), "-o", str(tmp_path / "r")]) == 2
     assert "bad.nc" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_report_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "wxstats report " in out
