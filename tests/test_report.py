@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 from PIL import Image
+from reference import meps_reference
 from synthetic_stats import SUSPICIOUS, write_synthetic
 
 from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
@@ -71,7 +72,8 @@ def _parse(html_text: str) -> Page:
 def example_stats(meps_small, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     source = open_source(meps_small, ComputeOptions())
-    write_outputs(source, compute_source(source), ComputeOptions(output_dir=out))
+    options = ComputeOptions(output_dir=out, summary=out / "s.json")
+    write_outputs(source, compute_source(source), options)
     return out / "wxstats_stats.nc"
 
 
@@ -121,6 +123,21 @@ def test_checks_flag_only_what_is_wrong(tmp_path):
     assert flagged == set(SUSPICIOUS)
     for name, message in SUSPICIOUS.items():
         assert any(f.variable == name and message in f.message for f in found), name
+
+
+def test_report_of_a_json_summary_shows_the_reference_values(example_stats, meps_small, tmp_path):
+    written, found = write_report(example_stats.parent / "s.json", tmp_path)
+    assert not found and _ink(written[0].read_bytes()) > 0.02
+    cells = [c.removesuffix(" †") for c in _parse(written[1].read_text()).text]  # † = derived
+    ref = meps_reference(meps_small)
+    for f in (0, 6, 16):  # pres_0g, t_2, z_500: mean, std, min, diff_std/std as printed
+        for value in (
+            ref["mean"][f],
+            ref["std"][f],
+            ref["min"][f],
+            ref["diff_std"][f] / ref["std"][f],
+        ):
+            assert f"{value:.6g}" in cells
 
 
 def test_report_of_a_neurallam_static_folder(example_stats, tmp_path):

@@ -138,7 +138,7 @@ def report_html(stats: StatsSet, flags: dict[tuple[str, str], list[str]], png: b
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
-    counts = ", ".join(f"{len(s)} {c} variables" for c, s in stats.streams.items())
+    counts = ", ".join(f"{len(s)} {c} variable(s)" for c, s in stats.streams.items())
     parts.append(f"<p>{html.escape(counts)}</p>")
     run = _run_lines(stats)
     if run:
