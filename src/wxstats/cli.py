@@ -31,6 +31,38 @@ examples:
   wxstats example /tmp/meps --times 6 --grid 64 80
 """
 
+REPORT_EPILOG = """\
+examples:
+  wxstats report data/static/wxstats_stats.nc -o report/   # our statistics file
+  wxstats report stats.json                                # a --summary JSON
+  wxstats report data/static                               # a neural-lam static/ folder
+  wxstats report dataset.zarr --split train                # an mllam-data-prep zarr
+
+writes DIR/wxstats_report.png and DIR/wxstats_report.html (self-contained, the
+figure inlined), replacing an earlier report there; prints the warnings found.
+"""
+
+COMPARE_EPILOG = """\
+examples:
+  wxstats compare old/static/wxstats_stats.nc new/static/wxstats_stats.nc
+  wxstats compare data/static data/static/wxstats_stats.nc --rtol 1e-6
+  wxstats compare dataset.zarr data/static --rtol 1e-3
+
+A and B may each be a wxstats .nc or .json, a neural-lam static/ folder (names
+from the datastore YAML beside it) or an mllam-data-prep zarr. Variables are
+matched by name (by position, with a warning, when one side has no names).
+exit status: 0 same within --rtol, 1 different, 2 unreadable input.
+"""
+
+INSPECT_EPILOG = """\
+examples:
+  wxstats inspect data/meps.datastore.yaml
+  wxstats inspect data/meps.datastore.yaml --split val --threads 16
+
+Reads only the first sample (twice: a raw read and one timed computation) to
+measure this machine; writes nothing.
+"""
+
 
 def _level_weights(text: str) -> dict[str, float]:
     weights = {}
@@ -108,6 +140,55 @@ def build_parser() -> argparse.ArgumentParser:
     example.add_argument(
         "--overwrite", action="store_true", help="replace statistics already in DIRECTORY/static"
     )
+
+    report = commands.add_parser(
+        "report",
+        help="draw a statistics set: PNG figure and HTML page",
+        description="Write a figure and a self-contained HTML page of a statistics set: per "
+        "variable mean and std with units, min/max, diff_std/std per step, counts, NaN counts "
+        "and warnings (constant fields, suspicious ranges).",
+        epilog=REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("stats", type=Path, help="statistics file or folder (see examples)")
+    report.add_argument(
+        "-o", "--output-dir", type=Path, default=Path("."), metavar="DIR", help="(default: .)"
+    )
+    report.add_argument("--split", help="split to show when the file holds several")
+
+    compare = commands.add_parser(
+        "compare",
+        help="compare two statistics sets variable by variable",
+        description="Relative differences of every statistic two sets share; exit 1 above "
+        "--rtol. The tool to check old statistics against new ones.",
+        epilog=COMPARE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    compare.add_argument("a", type=Path, metavar="A", help="statistics file or folder")
+    compare.add_argument("b", type=Path, metavar="B", help="statistics file or folder")
+    compare.add_argument(
+        "--rtol",
+        type=float,
+        default=1e-6,
+        help="largest relative difference accepted (default 1e-6: float32 files pass)",
+    )
+    compare.add_argument("--split", help="split to read when a file holds several")
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="say what 'compute' would do, without doing it",
+        description="Source kind, samples, variables, bytes to read, files to write, and an "
+        "estimated run time from rates measured now on the first sample.",
+        epilog=INSPECT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inspect.add_argument("dataset", type=Path, help="neural-lam datastore YAML (npyfilesmeps)")
+    inspect.add_argument("--split", default="train", help="split (default: train)")
+    inspect.add_argument("--step-length", type=_positive_int, metavar="HOURS")
+    inspect.add_argument("--output-dir", type=Path, metavar="DIR")
+    inspect.add_argument("--threads", type=_positive_int, help="threads the run would use")
+    inspect.add_argument("--skipna", action="store_true", help="as for compute")
+    inspect.add_argument("--no-measure", action="store_true", help="skip the timing (no estimate)")
     return parser
 
 
@@ -155,6 +236,20 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "(default: the CPUs available, at most 8)",
     )
     p.add_argument("--quiet", action="store_true", help="print only errors and warnings")
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text: a progress bar on a terminal; json: a JSON progress line every "
+        "--log-interval seconds on stderr, for batch jobs",
+    )
+    p.add_argument(
+        "--log-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between JSON progress lines (default 10)",
+    )
 
 
 def _default_threads() -> int:
@@ -182,6 +277,15 @@ def options_from_args(args: argparse.Namespace):
     )
 
 
+def progress_for(args: argparse.Namespace, source):
+    """The progress reporter --log-format / --quiet ask for."""
+    from wxstats.progress import ProgressReporter
+
+    mode = "json" if args.log_format == "json" else ("none" if args.quiet else "bar")
+    total = int(sum(source.nbytes(i) for i in range(len(source))))
+    return ProgressReporter(len(source), source.nbytes, total, mode, args.log_interval)
+
+
 def run_compute(args: argparse.Namespace) -> int:
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
     from wxstats.report import format_table
@@ -189,7 +293,10 @@ def run_compute(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     source = open_source(args.dataset, options)
     check_outputs(source, options)
-    stats = compute_source(source, skipna=options.skipna, threads=options.threads)
+    with progress_for(args, source) as progress:
+        stats = compute_source(
+            source, skipna=options.skipna, threads=options.threads, on_sample=progress.update
+        )
     written = write_outputs(source, stats, options)
     for note in stats.warnings:
         print(f"wxstats: warning: {note}", file=sys.stderr)
@@ -216,6 +323,42 @@ def run_example(args: argparse.Namespace) -> int:
     return status
 
 
+def run_report(args: argparse.Namespace) -> int:
+    from wxstats.report import write_report
+
+    written, found = write_report(args.stats, args.output_dir, args.split)
+    for f in found:
+        print(f"warning: {f.category} {f.variable}: {f.message}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from wxstats.compare import compare, format_comparison
+    from wxstats.readers import read_stats
+
+    if not args.rtol >= 0:
+        raise WxstatsError(f"--rtol must be a number >= 0, got {args.rtol}")
+    result = compare(read_stats(args.a, args.split), read_stats(args.b, args.split), args.rtol)
+    print(format_comparison(result))
+    return result.exit_code
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from wxstats.api import ComputeOptions
+    from wxstats.inspection import format_plan, inspect_dataset
+
+    options = ComputeOptions(
+        split=args.split,
+        step_length=args.step_length,
+        skipna=args.skipna,
+        threads=args.threads or _default_threads(),
+        output_dir=args.output_dir,
+    )
+    print(format_plan(inspect_dataset(args.dataset, options, not args.no_measure)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -226,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
                 return run_compute(args)
             if args.command == "example":
                 return run_example(args)
+            if args.command == "report":
+                return run_report(args)
+            if args.command == "compare":
+                return run_compare(args)
+            if args.command == "inspect":
+                return run_inspect(args)
     except WxstatsError as exc:
         print(f"wxstats: error: {exc}", file=sys.stderr)
         return 2

@@ -1,10 +1,25 @@
-"""Human-readable views of statistics: the terminal table (plots come later)."""
+"""Human-readable views of statistics: the terminal table, and the report
+(a PNG figure and a self-contained HTML page) of any statistics set.
+
+The report reads files through :mod:`wxstats.readers`, so it works on what
+users have: wxstats' netCDF or JSON summary, a neural-lam ``static/`` folder or
+an mllam-data-prep zarr (showing what each of them holds).
+"""
 
 from __future__ import annotations
 
+import base64
+import html
 import io
+import json
+from pathlib import Path
 
+import numpy as np
+
+from wxstats.readers import StatsSet, StreamSet
 from wxstats.stats import Stats
+
+REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
 
 
 def _g(value: float) -> str:
@@ -49,3 +64,140 @@ def format_table(stats: Stats) -> str:
                 f"count {int(stream.count[f])}"
             )
     return buffer.getvalue().rstrip()
+
+
+# -- the report ---------------------------------------------------------------
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; }
+td.num { text-align: right; font-family: monospace; }
+tr:nth-child(even) { background: #f4f4f4; }
+tr.warn td:first-child { color: #c0392b; font-weight: bold; }
+.warn { color: #c0392b; }
+img { max-width: 100%; }
+"""
+
+
+def _num(value: float) -> str:
+    if not np.isfinite(value):
+        return str(value)
+    return f"{int(value)}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+
+
+def _title(stats: StatsSet) -> str:
+    split = f", split {stats.split}" if stats.split else ""
+    return f"wxstats report: {stats.path} ({stats.kind}{split})"
+
+
+def _run_lines(stats: StatsSet) -> list[str]:
+    try:
+        run = json.loads(stats.attrs.get("wxstats_run", "{}"))
+    except (TypeError, ValueError):
+        run = {}
+    keys = ("samples", "bytes", "seconds", "world_size", "wxstats_version", "started", "host")
+    return [f"{k}: {run[k]}" for k in keys if k in run]
+
+
+def _stream_table(stream: StreamSet, flags: dict[tuple[str, str], list[str]]) -> str:
+    steps = sorted(stream.diff, key=str)
+    head = ["variable", "units"]
+    head += [
+        op for op in ("count", "nan_count", "mean", "std", "min", "max") if op in stream.values
+    ]
+    for k in steps:
+        tag = f"diff{k if k is not None else ''}"
+        head += [f"{tag} mean", f"{tag} std", f"{tag} std/std"]
+    head.append("warnings")
+    rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    for i, name in enumerate(stream.labels()):
+        notes = flags.get((stream.category, name), [])
+        cells = [f"<td>{html.escape(name)}</td>", f"<td>{html.escape(stream.unit(i))}</td>"]
+        for op in head[2:]:
+            if op in stream.values:
+                cells.append(f'<td class="num">{_num(stream.values[op][i])}</td>')
+        for k in steps:
+            tag = f"diff{k if k is not None else ''}"
+            for op in ("mean", "std", "std_standardized"):
+                mark = " †" if f"{tag} {op}" in stream.derived else ""
+                values = stream.diff[k].get(op)
+                text = _num(values[i]) if values is not None else ""
+                cells.append(f'<td class="num">{text}{mark}</td>')
+        cells.append(f"<td>{'<br>'.join(html.escape(n) for n in notes)}</td>")
+        row_class = ' class="warn"' if notes else ""
+        rows.append(f"<tr{row_class}>" + "".join(cells) + "</tr>")
+    return "<table>\n" + "\n".join(rows) + "\n</table>"
+
+
+def report_html(stats: StatsSet, flags: dict[tuple[str, str], list[str]], png: bytes) -> str:
+    """A self-contained page: the figure inlined as base64, tables, warnings."""
+    title = _title(stats)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    counts = ", ".join(f"{len(s)} {c} variable(s)" for c, s in stats.streams.items())
+    parts.append(f"<p>{html.escape(counts)}</p>")
+    run = _run_lines(stats)
+    if run:
+        parts.append("<p>" + "<br>".join(html.escape(line) for line in run) + "</p>")
+    parts.append(f"<h2>Warnings ({sum(len(v) for v in flags.values())})</h2>")
+    if flags:
+        items = [
+            f"<li><b>{html.escape(name)}</b> ({html.escape(cat)}): {html.escape(msg)}</li>"
+            for (cat, name), messages in flags.items()
+            for msg in messages
+        ]
+        parts.append('<ul class="warn">' + "".join(items) + "</ul>")
+    else:
+        parts.append("<p>none: no constant fields or suspicious ranges</p>")
+    if stats.warnings:
+        parts.append("<h3>Warnings stored by the run that wrote the file</h3><ul>")
+        parts += [f"<li>{html.escape(w)}</li>" for w in stats.warnings]
+        parts.append("</ul>")
+    encoded = base64.b64encode(png).decode("ascii")
+    parts.append(
+        f'<h2>Figure</h2><img alt="per-variable statistics" src="data:image/png;base64,{encoded}">'
+    )
+    for category, stream in stats.streams.items():
+        parts.append(f"<h2>{html.escape(category)}</h2>")
+        parts.append(_stream_table(stream, flags))
+    if any(s.derived for s in stats.streams.values()):
+        parts.append(
+            "<p>† not in the file: derived from the other scale with the std "
+            "(raw difference = standardized difference × std)</p>"
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    path: str | Path, out_dir: str | Path, split: str | None = None
+) -> tuple[list[Path], list]:
+    """Read the statistics at ``path``; write the PNG and HTML report into ``out_dir``.
+    Returns the files written and the :class:`~wxstats.checks.Finding` list.
+
+    Earlier reports of the same name are replaced (atomically: a failed run
+    leaves the old ones).
+    """
+    from wxstats.atomic import write_all
+    from wxstats.checks import findings
+    from wxstats.figure import render_png
+    from wxstats.readers import read_stats
+
+    stats = read_stats(path, split)
+    found = findings(stats)
+    flags: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        flags.setdefault((f.category, f.variable), []).append(f.message)
+    png = render_png(stats, flags, _title(stats))
+    page = report_html(stats, flags, png)
+    out = Path(out_dir)
+    targets = [out / name for name in REPORT_NAMES]
+    write_all(
+        {targets[0]: lambda p: p.write_bytes(png), targets[1]: lambda p: p.write_text(page)},
+        overwrite=True,
+    )
+    return targets, found

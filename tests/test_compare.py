@@ -1,0 +1,140 @@
+"""wxstats compare: passes on the same statistics, names the variable that changed."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
+from wxstats.cli import main
+from wxstats.compare import compare, relative_difference
+from wxstats.readers import read_stats
+
+
+@pytest.fixture(scope="module")
+def datastore(meps_small, tmp_path_factory):
+    """A datastore folder (YAML + static/ with our .pt and .nc files, + JSON)."""
+    root = tmp_path_factory.mktemp("compare")
+    shutil.copy(meps_small, root / meps_small.name)
+    source = open_source(meps_small, ComputeOptions())
+    stats = compute_source(source)
+    write_outputs(
+        source, stats, ComputeOptions(output_dir=root / "static", summary=root / "s.json")
+    )
+    return root
+
+
+def test_relative_difference():
+    assert relative_difference(2.0, 2.0) == 0.0
+    assert relative_difference(100.0, 101.0) == pytest.approx(1 / 101)
+    # a mean near zero is measured against the spread, not against itself
+    assert relative_difference(1e-9, -1e-9, spread=5.0) == pytest.approx(4e-10)
+    assert relative_difference(1e-9, -1e-9) == pytest.approx(2.0)
+    assert relative_difference(math.nan, math.nan) == 0.0
+    assert relative_difference(math.nan, 1.0) == math.inf
+    assert relative_difference(0.0, 1e-300) == 1.0
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("static/wxstats_stats.nc", "static/wxstats_stats.nc"),
+        ("static/wxstats_stats.nc", "s.json"),
+        ("static", "static/wxstats_stats.nc"),
+    ],
+)
+def test_same_statistics_pass(datastore, a, b, capsys):
+    assert main(["compare", str(datastore / a), str(datastore / b)]) == 0
+    out = capsys.readouterr().out
+    assert "same within rtol 1e-06" in out and "DIFFERS" not in out and "t_500" in out
+
+
+def test_float32_files_fail_a_float64_tolerance(datastore, capsys):
+    result = compare(read_stats(datastore / "static"), read_stats(datastore / "s.json"), 1e-12)
+    assert result.exit_code == 1 and result.above
+    assert {e.quantity for e in result.entries} >= {"mean", "std", "diff3 mean/std"}
+
+
+def test_one_perturbed_value_is_found_and_named(datastore, tmp_path, capsys):
+    changed = tmp_path / "data"
+    shutil.copytree(datastore, changed)
+    std_file = changed / "static" / "parameter_std.pt"
+    std = torch.load(std_file, weights_only=True)
+    std[7] *= 1 + 1e-4  # t_65
+    torch.save(std, std_file)
+    status = main(["compare", str(datastore / "static" / "wxstats_stats.nc"), str(changed)])
+    out = capsys.readouterr().out
+    assert status == 1
+    differs = [line for line in out.splitlines() if line.startswith("DIFFERS")]
+    # the std itself, and the standardized diffs that divide by it
+    assert differs and all(" t_65 " in line for line in differs), differs
+    assert any("t_65 std:" in line for line in differs)
+    assert "DIFFERENT" in out and "(t_65)" in out
+    # a looser tolerance accepts it
+    assert main(["compare", str(datastore / "static"), str(changed), "--rtol", "1e-3"]) == 0
+
+
+def test_perturbed_count_and_min_in_netcdf(datastore, tmp_path, capsys):
+    import xarray as xr
+
+    ds = xr.load_dataset(datastore / "static" / "wxstats_stats.nc")
+    ds["state__train__min"][2] = ds["state__train__min"][2] - 1e-3
+    ds.to_netcdf(tmp_path / "b.nc")
+    status = main(
+        ["compare", str(datastore / "static" / "wxstats_stats.nc"), str(tmp_path / "b.nc")]
+    )
+    out = capsys.readouterr().out
+    assert status == 1 and "DIFFERS state nlwrs_0 min" in out
+
+
+def test_missing_variable_is_a_difference(datastore, tmp_path, capsys):
+    import xarray as xr
+
+    ds = xr.load_dataset(datastore / "static" / "wxstats_stats.nc")
+    ds.isel(state_feature=slice(1, None)).to_netcdf(tmp_path / "fewer.nc")
+    status = main(
+        ["compare", str(datastore / "static" / "wxstats_stats.nc"), str(tmp_path / "fewer.nc")]
+    )
+    out = capsys.readouterr().out
+    assert status == 1 and "only in A: pres_0g" in out
+
+
+def test_no_names_match_by_position_with_a_warning(datastore, tmp_path, capsys):
+    shutil.copytree(datastore / "static", tmp_path / "static")
+    nc = datastore / "static" / "wxstats_stats.nc"
+    assert main(["compare", str(nc), str(tmp_path / "static")]) == 0
+    out = capsys.readouterr().out
+    assert "matched by position" in out and "step 3 (A) with step None (B)" in out
+    std = torch.load(tmp_path / "static" / "parameter_std.pt", weights_only=True)
+    torch.save(std[:-1].clone(), tmp_path / "static" / "parameter_std.pt")
+    # a file with 16 values among files with 17 is unreadable: exit 2
+    assert main(["compare", str(nc), str(tmp_path / "static")]) == 2
+    assert "16 values but others have 17" in capsys.readouterr().err
+
+
+def test_unreadable_input_exits_2(datastore, tmp_path, capsys):
+    (tmp_path / "x.json").write_text("[]")
+    assert main(["compare", str(datastore / "s.json"), str(tmp_path / "x.json")]) == 2
+    assert "x.json" in capsys.readouterr().err
+    assert main(["compare", str(tmp_path / "nope"), str(datastore / "s.json")]) == 2
+
+
+def test_values_compared_are_the_files_values(datastore):
+    """The entries carry the numbers read, matched by name."""
+    a, b = read_stats(datastore / "s.json"), read_stats(datastore / "static")
+    result = compare(a, b)
+    entry = next(e for e in result.entries if e.variable == "z_500" and e.quantity == "std")
+    assert entry.a == a.state.values["std"][16]
+    assert entry.b == np.float32(b.state.values["std"][16])
+
+
+def test_compare_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "wxstats compare " in out

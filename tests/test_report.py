@@ -1,0 +1,166 @@
+"""wxstats report: the figure renders and says something, the HTML page is complete,
+and the sanity checks flag exactly the suspicious variables."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+from PIL import Image
+from reference import meps_reference
+from synthetic_stats import SUSPICIOUS, write_synthetic
+
+from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
+from wxstats.checks import findings
+from wxstats.cli import main
+from wxstats.readers import read_stats
+from wxstats.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class Page(HTMLParser):
+    """Collects the text, table cells and image sources of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.images: list[str] = []
+        self.cells = 0
+        self.open_tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs)["src"])
+        elif tag == "td":
+            self.cells += 1
+        if tag not in ("img", "br", "meta"):
+            self.open_tags.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open_tags and self.open_tags[-1] == tag, f"unbalanced </{tag}>"
+        self.open_tags.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
+
+
+def _ink(data: bytes) -> float:
+    """Fraction of pixels that are not (near) white."""
+    pixels = np.asarray(Image.open(io.BytesIO(data)).convert("L"))
+    return float((pixels < 200).mean())
+
+
+def _parse(html_text: str) -> Page:
+    page = Page()
+    page.feed(html_text)
+    page.close()
+    assert not page.open_tags, f"unclosed tags {page.open_tags}"
+    return page
+
+
+@pytest.fixture(scope="module")
+def example_stats(meps_small, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    source = open_source(meps_small, ComputeOptions())
+    options = ComputeOptions(output_dir=out, summary=out / "s.json")
+    write_outputs(source, compute_source(source), options)
+    return out / "wxstats_stats.nc"
+
+
+def test_report_of_the_example(example_stats, tmp_path, capsys):
+    assert main(["report", str(example_stats), "-o", str(tmp_path / "r")]) == 0
+    png = (tmp_path / "r" / "wxstats_report.png").read_bytes()
+    width, height = _png_size(png)
+    assert width >= 1200 and height >= 400
+    assert 0.02 < _ink(png) < 0.6, "figure is blank or solid"
+    page = _parse((tmp_path / "r" / "wxstats_report.html").read_text())
+    text = " ".join(page.text)
+    for name in read_stats(example_stats).state.names:
+        assert name in text
+    assert "toa_downwelling_shortwave_flux" in text and "Pa" in text
+    assert page.cells >= 18 * 10
+    # the image is inlined, byte for byte the PNG written beside it
+    assert len(page.images) == 1 and page.images[0].startswith("data:image/png;base64,")
+    assert base64.b64decode(page.images[0].split(",", 1)[1]) == png
+    assert "Warnings (0)" in text  # the example is clean
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_report_of_100_variables_flags_the_suspicious_ones(tmp_path, capsys):
+    write_synthetic(tmp_path / "s100.nc", n_vars=100)
+    write_synthetic(tmp_path / "s17.nc", n_vars=17)
+    assert main(["report", str(tmp_path / "s17.nc"), "-o", str(tmp_path / "r17")]) == 0
+    assert main(["report", str(tmp_path / "s100.nc"), "-o", str(tmp_path / "r100")]) == 0
+    out = capsys.readouterr().out
+    png17 = (tmp_path / "r17" / "wxstats_report.png").read_bytes()
+    png100 = (tmp_path / "r100" / "wxstats_report.png").read_bytes()
+    # one row per variable: the figure grows with the variable count
+    h17, h100 = _png_size(png17)[1], _png_size(png100)[1]
+    assert h100 > 3 * h17 and h100 / 101 >= 18, "rows too thin to read"
+    assert _ink(png100) > 0.02
+    page = _parse((tmp_path / "r100" / "wxstats_report.html").read_text())
+    text = " ".join(page.text)
+    stats = read_stats(tmp_path / "s100.nc")
+    assert all(name in text for name in stats.state.names)
+    for name, message in SUSPICIOUS.items():
+        assert any(name in line and message in line for line in out.splitlines()), name
+
+
+def test_checks_flag_only_what_is_wrong(tmp_path):
+    write_synthetic(tmp_path / "s.nc", n_vars=40)
+    found = findings(read_stats(tmp_path / "s.nc"))
+    flagged = {f.variable for f in found}
+    assert flagged == set(SUSPICIOUS)
+    for name, message in SUSPICIOUS.items():
+        assert any(f.variable == name and message in f.message for f in found), name
+
+
+def test_report_of_a_json_summary_shows_the_reference_values(example_stats, meps_small, tmp_path):
+    written, found = write_report(example_stats.parent / "s.json", tmp_path)
+    assert not found and _ink(written[0].read_bytes()) > 0.02
+    cells = [c.removesuffix(" †") for c in _parse(written[1].read_text()).text]  # † = derived
+    ref = meps_reference(meps_small)
+    for f in (0, 6, 16):  # pres_0g, t_2, z_500: mean, std, min, diff_std/std as printed
+        for value in (
+            ref["mean"][f],
+            ref["std"][f],
+            ref["min"][f],
+            ref["diff_std"][f] / ref["std"][f],
+        ):
+            assert f"{value:.6g}" in cells
+
+
+def test_report_of_a_neurallam_static_folder(example_stats, tmp_path):
+    """Only mean/std/diffs there: the figure says what is missing, the page still lists all."""
+    written, found = write_report(example_stats.parent, tmp_path)
+    assert [p.name for p in written] == ["wxstats_report.png", "wxstats_report.html"]
+    assert not found
+    assert _ink(written[0].read_bytes()) > 0.02
+    text = " ".join(_parse(written[1].read_text()).text)
+    # no datastore YAML beside this folder: variables are numbered
+    assert "neural-lam-static" in text and "#16" in text and "†" in text
+
+
+def test_report_of_unreadable_input_exits_2(tmp_path, capsys):
+    (tmp_path / "bad.nc").write_text("nope")
+    assert main(["report", str(tmp_path / "bad.nc"), "-o", str(tmp_path / "r")]) == 2
+    assert "bad.nc" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_report_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "wxstats report " in out
