@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 import xarray as xr
-from reference import assert_close, meps_reference
 
+from reference import assert_close, meps_reference
 from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
 from wxstats.errors import InputError
 from wxstats.readers import read_stats

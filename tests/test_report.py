@@ -11,9 +11,9 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 from PIL import Image
-from reference import meps_reference
 from synthetic_stats import SUSPICIOUS, write_synthetic
 
+from reference import meps_reference
 from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
 from wxstats.checks import findings
 from wxstats.cli import main
