@@ -633,7 +633,9 @@ class XarraySource:
                 var = p.ds.variables[v.name]
                 enc = var.encoding
                 size = (enc.get("preferred_chunks") or {}).get(self.time_dim)
-                if size is None:
+                if enc.get("contiguous"):
+                    size = 1  # any slice reads only what it needs
+                elif size is None:
                     chunks = enc.get("chunks") or enc.get("chunksizes")
                     if chunks is not None:
                         size = chunks[var.dims.index(self.time_dim)]
