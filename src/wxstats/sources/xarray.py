@@ -710,8 +710,9 @@ class XarraySource:
 
     # -- reading ----------------------------------------------------------
     def _read(self, v: _Var, r0: int, r1: int) -> np.ndarray:
-        out = np.empty((r1 - r0, v.n_grid, v.n_features), dtype=v.out_dtype)
+        shape = (r1 - r0, v.n_grid, v.n_features)
         order = (self.time_dim, *v.grid_dims, *v.feature_dims)
+        out = None
         for i, p in enumerate(self.parts):
             a, b = max(r0, p.start), min(r1, p.start + p.length)
             if a >= b:
@@ -725,11 +726,14 @@ class XarraySource:
                     f"{p.path}: variable {v.name}: cannot read {self.time_dim} steps "
                     f"{a - p.start}..{b - p.start - 1}: {_first_line(exc)}"
                 ) from None
-            _decode_into(
-                raw.reshape(b - a, v.n_grid, v.n_features),
-                self._decodings[(i, v.name)],
-                out[a - r0 : b - r0],
-            )
+            raw = raw.reshape(b - a, v.n_grid, v.n_features)
+            dec = self._decodings[(i, v.name)]
+            plain = dec == _Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype
+            if plain and (a, b) == (r0, r1):
+                return raw  # nothing to decode: no copy
+            if out is None:
+                out = np.empty(shape, dtype=v.out_dtype)
+            _decode_into(raw, dec, out[a - r0 : b - r0])
         return out
 
     def _read_static(self, v: _Var) -> np.ndarray:
