@@ -103,3 +103,9 @@ def test_cli_errors_are_one_line_exit_2(store, tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "o.nc").exists()
+
+
+def test_zarr_options_are_refused_for_a_meps_datastore(meps_small, capsys):
+    assert main(["compute", str(meps_small), "--diff-steps", "3", "--quiet"]) == 2
+    assert "--diff-steps apply to zarr/netCDF datasets only" in capsys.readouterr().err
+    assert main(["compute", str(meps_small), "--split", "train", "--split", "val"]) == 2

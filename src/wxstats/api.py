@@ -68,6 +68,7 @@ def open_source(path: str | Path, options: ComputeOptions) -> Source:
 
         if len(options.splits) > 1:
             raise WxstatsError(f"{path}: a neural-lam datastore takes one --split per run")
+        _refuse_xarray_options(path, options)
         return MepsSource(path, split=options.split, step_length=options.step_length)
     return _open_xarray(path, options)
 
@@ -94,6 +95,21 @@ def _open_xarray(path: str | Path, options: ComputeOptions) -> Source:
             block_bytes=block,
         ),
     )
+
+
+def _refuse_xarray_options(path: str | Path, options: ComputeOptions) -> None:
+    given = {
+        "--variables": options.variables,
+        "--time-dim": options.time_dim != "time",
+        "--diff-steps": options.diff_steps,
+        "--feature-dims": options.feature_dims is not None,
+        "--output": options.output,
+        "--write-into": options.write_into,
+        "--block-mb": options.block_mb,
+    }
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        raise WxstatsError(f"{path}: {', '.join(flags)} apply to zarr/netCDF datasets only")
 
 
 def _xarray_outputs(source, stats: Stats | None, options: ComputeOptions) -> dict:

@@ -19,8 +19,8 @@ examples:
   wxstats compute data/meps.datastore.yaml
   wxstats compute data/meps.datastore.yaml --split train --step-length 3 --summary stats.json
   wxstats compute data/meps.datastore.yaml --overwrite --level-weights 2=1,0=0.1,65=0.065
-  wxstats compute era5.zarr --split train=2019-03-01T00:00/2019-03-20T23:00 \
-      --split val=2019-03-21/2019-03-31 --diff-steps 1,3,6 --output era5_stats.nc
+  wxstats compute era5.zarr --split train=2019-03-01/2019-03-20 --split val=2019-03-21/2019-03-31
+  wxstats compute era5.nc --split train=2019-03-01T00:00/2019-03-20T23:00 --diff-steps 1,3,6
   wxstats compute 'era5_*.nc' --variables t2m,z --feature-dims level --summary stats.json
   wxstats compute danra.zarr --write-into      # mllam-data-prep store: replace its statistics
 
