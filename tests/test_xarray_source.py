@@ -211,11 +211,22 @@ def test_irregular_split_names_first_bad_step(tmp_path):
     path = _with_times(tmp_path, times)
     with pytest.raises(InputError, match=r"irregular in split train: time\[8\] = 2021-01-01T10"):
         XarraySource(path)
-    # splits on either side of the gap are regular
-    source = XarraySource(
-        path, XarrayOptions(splits=("a=2021-01-01T00/2021-01-01T07", "b=2021-01-01T10/2021-01-02"))
-    )
+    # splits on either side of the gap are regular; the gap holds no pair
+    splits = ("a=2021-01-01T00/2021-01-01T07", "b=2021-01-01T10/2021-01-02")
+    source = XarraySource(path, XarrayOptions(splits=splits, diff_steps=(1, 2)))
     assert [(s.start, s.stop) for s in source.splits] == [(0, 8), (8, 12)]
+    stats = compute_source(source)
+    truth = gridded(n_time=12)[1]["t2m"]
+    assert_stream_matches(stats.streams["t2m__a"], reference(truth, 0, 8, (1, 2)))
+    assert_stream_matches(stats.streams["t2m__b"], reference(truth, 8, 12, (1, 2)))
+
+
+def test_overlapping_splits_each_count_their_own_times(data):
+    root, _, truth = data
+    splits = ("all=2021-01-01/2021-01-03", "mid=2021-01-01T10/2021-01-02T03")
+    stats = _stats(root / "g.zarr", splits=splits, block_bytes=1)
+    assert_stream_matches(stats.streams["z__all"], reference(truth["z"], 0, 50, STEPS))
+    assert_stream_matches(stats.streams["z__mid"], reference(truth["z"], 10, 28, STEPS))
 
 
 def test_split_outside_the_data(data):
