@@ -730,7 +730,7 @@ class XarraySource:
             dec = self._decodings[(i, v.name)]
             plain = dec == _Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype
             if plain and (a, b) == (r0, r1):
-                return raw  # nothing to decode: no copy
+                return np.ascontiguousarray(raw)  # nothing to decode: usually no copy
             if out is None:
                 out = np.empty(shape, dtype=v.out_dtype)
             _decode_into(raw, dec, out[a - r0 : b - r0])
