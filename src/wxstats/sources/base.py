@@ -43,7 +43,13 @@ class StreamLayout:
 
 
 class Source(Protocol):
-    """An ordered list of samples (see module docstring)."""
+    """An ordered list of samples (see module docstring).
+
+    Optional: ``exact_per_step = True`` and ``reference_blocks()`` for
+    sources whose samples are arbitrary groups of time steps (see
+    :mod:`wxstats.engine`); ``layout`` (a :class:`StreamLayout` per stream)
+    for ``{prefix}__{split}__{op}`` outputs.
+    """
 
     kind: str
     streams: list[StreamSpec]
