@@ -179,3 +179,15 @@ def test_cli_output_names_follow_mllam(store, tmp_path, capsys):
     assert list(summary["forcing"]) == ["toa_radiation"]
     assert list(summary["static"]) == ["orography", "lsm"]
     assert list(summary["splits"]) == ["train"]
+
+
+def test_split_bounds_stored_as_datetimes(tmp_path, store):
+    """mllam-data-prep writes the bounds as given in its YAML: strings or datetimes."""
+    path, truth = store
+    ds = xr.open_zarr(path).load()
+    ds["splits"] = (ds["splits"].dims, ds["splits"].values.astype("datetime64[ns]"))
+    for name in ds.variables:
+        ds[name].encoding = {}
+    ds.to_zarr(tmp_path / "dt.zarr", mode="w", zarr_format=2, consolidated=True)
+    stats = compute(tmp_path / "dt.zarr", splits=["val"])
+    assert_stream_matches(stats.streams["state__val"], reference(truth["state"], *VAL, (1,)))

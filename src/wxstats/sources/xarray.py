@@ -367,6 +367,14 @@ def _label(value: Any) -> str:
     return str(value)
 
 
+def _bound(value: Any) -> str:
+    """A split bound of an mllam-data-prep ``splits`` variable as a string."""
+    v = np.asarray(value)
+    if v.dtype.kind == "M":
+        return _fmt_time(v[()])
+    return _label(v.item())
+
+
 class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
@@ -439,9 +447,8 @@ class XarraySource:
         out = {}
         for name in da["split_name"].values:
             row = da.sel(split_name=name)
-            out[_label(name)] = (
-                _label(row.sel(split_part="start").values.item()),
-                _label(row.sel(split_part="end").values.item()),
+            out[_label(name)] = tuple(
+                _bound(row.sel(split_part=part).values) for part in ("start", "end")
             )
         return out
 
