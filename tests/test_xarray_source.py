@@ -348,3 +348,24 @@ def test_warnings_are_user_warnings(data):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _stats(root / "g.zarr")  # a normal run warns about nothing
+
+
+def test_unsigned_bytes_and_float16(tmp_path):
+    """netCDF-3 style unsigned bytes (``_Unsigned``) and float16: decoded exactly."""
+    rng = np.random.default_rng(4)
+    raw = rng.integers(0, 256, (10, 3, 4)).astype(np.uint8)
+    half = rng.standard_normal((10, 3, 4)).astype(np.float16)
+    ds = xr.Dataset(
+        {
+            "cloud": (("time", "y", "x"), raw.view(np.int8), {"_Unsigned": "true"}),
+            "half": (("time", "y", "x"), half),
+        },
+        coords={"time": hourly(10)},
+    )
+    write_store(ds, tmp_path / "u.zarr")
+    stats = _stats(tmp_path / "u.zarr", splits=())
+    expected = {"cloud": raw.astype(np.float64), "half": half.astype(np.float64)}
+    for name, values in expected.items():
+        assert_stream_matches(
+            stats.streams[f"{name}__train"], reference(values[..., None], 0, 10, STEPS)
+        )
