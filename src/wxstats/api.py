@@ -48,18 +48,91 @@ class ComputeOptions:
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # zarr / netCDF datasets (sources/xarray.py)
+    splits: list[str] = field(default_factory=list)  # NAME=START/END, or a store's NAME
+    variables: list[str] | None = None
+    time_dim: str = "time"
+    diff_steps: tuple[int, ...] | None = None  # default (1,)
+    feature_dims: list[str] | None = None
+    output: Path | None = None
+    write_into: bool = False
+    block_mb: float | None = None
 
 
 def open_source(path: str | Path, options: ComputeOptions) -> Source:
-    """The source for ``path``: a neural-lam datastore YAML, else xarray."""
+    """The source for ``path``: a neural-lam datastore YAML, else xarray
+    (zarr store, netCDF file, glob of netCDF files)."""
     text = str(path)
     if text.endswith((".yaml", ".yml")):
         from wxstats.sources.npyfilesmeps import MepsSource
 
+        if len(options.splits) > 1:
+            raise WxstatsError(f"{path}: a neural-lam datastore takes one --split per run")
+        _refuse_xarray_options(path, options)
         return MepsSource(path, split=options.split, step_length=options.step_length)
-    raise WxstatsError(
-        f"{path}: unknown dataset kind; expected a neural-lam datastore YAML (*.yaml)"
+    return _open_xarray(path, options)
+
+
+# -- zarr / netCDF (sources/xarray.py, writers/gridded.py, writers/mdp.py) --------
+def _open_xarray(path: str | Path, options: ComputeOptions) -> Source:
+    from wxstats.sources.xarray import DEFAULT_BLOCK_BYTES, XarrayOptions, XarraySource
+
+    if options.step_length is not None:
+        raise WxstatsError(
+            "--step-length is for neural-lam datastores; for zarr/netCDF give --diff-steps "
+            "(in time steps)"
+        )
+    specs = list(options.splits) or ([options.split] if options.split != "train" else [])
+    block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
+    return XarraySource(
+        path,
+        XarrayOptions(
+            splits=tuple(specs),
+            variables=tuple(options.variables) if options.variables else None,
+            time_dim=options.time_dim,
+            diff_steps=tuple(options.diff_steps) if options.diff_steps else None,
+            feature_dims=None if options.feature_dims is None else tuple(options.feature_dims),
+            block_bytes=block,
+        ),
     )
+
+
+def _refuse_xarray_options(path: str | Path, options: ComputeOptions) -> None:
+    given = {
+        "--variables": options.variables,
+        "--time-dim": options.time_dim != "time",
+        "--diff-steps": options.diff_steps,
+        "--feature-dims": options.feature_dims is not None,
+        "--output": options.output,
+        "--write-into": options.write_into,
+        "--block-mb": options.block_mb,
+    }
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        raise WxstatsError(f"{path}: {', '.join(flags)} apply to zarr/netCDF datasets only")
+
+
+def _xarray_outputs(source, stats: Stats | None, options: ComputeOptions) -> dict:
+    from wxstats.sources.xarray import output_stem
+    from wxstats.writers.gridded import gridded_outputs
+
+    output = options.output
+    if output is None and options.summary is None and not options.write_into:
+        output = Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"
+    return gridded_outputs(stats, source.layout, output, options.summary)
+
+
+def _write_into(source, stats: Stats | None) -> None:
+    """Check (``stats`` None) or write mllam-data-prep's variables into the store."""
+    from wxstats.writers.mdp import check_store, mdp_values, planned_variables, write_into_store
+
+    if not getattr(source, "is_mdp", False):
+        raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
+    planned = planned_variables(source.streams, source.layout)
+    if stats is None:
+        check_store(source.path, planned)
+    else:
+        write_into_store(source.path, mdp_values(stats, planned), planned)
 
 
 def partition(n_samples: int, rank: int, world_size: int) -> range:
@@ -135,10 +208,13 @@ def planned_outputs(
 ) -> dict[Path, Writer | None]:
     """The files a run writes (writers need ``stats``; ``None`` only lists paths)."""
     from wxstats.sources.npyfilesmeps import FLUX_NAME, MepsSource
+    from wxstats.sources.xarray import XarraySource
     from wxstats.writers.netcdf import netcdf_writer
     from wxstats.writers.neurallam import DEFAULT_LEVEL_WEIGHTS, NEURALLAM_FILES, neurallam_outputs
     from wxstats.writers.summary import summary_writer
 
+    if isinstance(source, XarraySource):
+        return _xarray_outputs(source, stats, options)
     outputs: dict[Path, Writer | None] = {}
     if isinstance(source, MepsSource):
         static = options.output_dir or source.static_dir
@@ -166,9 +242,14 @@ def planned_outputs(
 def check_outputs(source: Source, options: ComputeOptions) -> None:
     """Refuse up front (before hours of work) outputs that exist or cannot be written."""
     check_writable(list(planned_outputs(source, None, options)), options.overwrite)
+    if options.write_into:
+        _write_into(source, None)
 
 
 def write_outputs(source: Source, stats: Stats, options: ComputeOptions) -> list[Path]:
     outputs = planned_outputs(source, stats, options)
     write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
+    if options.write_into:
+        _write_into(source, stats)
+        return [*outputs, Path(source.path)]
     return list(outputs)

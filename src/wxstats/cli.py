@@ -19,10 +19,16 @@ examples:
   wxstats compute data/meps.datastore.yaml
   wxstats compute data/meps.datastore.yaml --split train --step-length 3 --summary stats.json
   wxstats compute data/meps.datastore.yaml --overwrite --level-weights 2=1,0=0.1,65=0.065
+  wxstats compute era5.zarr --split train=2019-03-01/2019-03-20 --split val=2019-03-21/2019-03-31
+  wxstats compute era5.nc --split train=2019-03-01T00:00/2019-03-20T23:00 --diff-steps 1,3,6
+  wxstats compute 'era5_*.nc' --variables t2m,z --feature-dims level --summary stats.json
+  wxstats compute danra.zarr --write-into      # mllam-data-prep store: replace its statistics
 
 outputs (neural-lam MEPS datastore): <datastore dir>/static/parameter_mean.pt,
 parameter_std.pt, diff_mean.pt, diff_std.pt, flux_stats.pt, parameter_weights.npy
 and wxstats_stats.nc (all statistics in float64, self-describing).
+outputs (zarr/netCDF): --output FILE.nc with {variable}__{split}__{op} like
+mllam-data-prep (default ./<dataset>.stats.nc), --summary FILE.json, --write-into.
 """
 
 EXAMPLE_EPILOG = """\
@@ -192,9 +198,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _names(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _steps(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(_positive_int(item) for item in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"--diff-steps expects positive whole numbers such as 1,3,6 (got {text!r})"
+        ) from None
+
+
 def add_compute_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dataset", type=Path, help="neural-lam datastore YAML (npyfilesmeps)")
-    p.add_argument("--split", default="train", help="split to compute over (default: train)")
+    p.add_argument(
+        "dataset",
+        help="neural-lam datastore YAML (npyfilesmeps), or a zarr store (folder or URL), "
+        "a netCDF file, or a quoted glob of netCDF files opened as one dataset",
+    )
+    p.add_argument(
+        "--split",
+        action="append",
+        metavar="SPLIT",
+        help="datastore YAML: the split folder (default: train); zarr/netCDF: "
+        "NAME=START/END, an inclusive ISO 8601 interval, repeatable (default: one split "
+        "'train' over all times, or an mllam-data-prep store's own splits)",
+    )
     p.add_argument(
         "--step-length",
         type=_positive_int,
@@ -250,6 +280,42 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds between JSON progress lines (default 10)",
     )
+    z = p.add_argument_group("zarr / netCDF datasets")
+    z.add_argument(
+        "--variables",
+        type=_names,
+        metavar="A,B",
+        help="variables to use (default: every numeric variable with the time dimension)",
+    )
+    z.add_argument("--time-dim", default="time", help="the time dimension (default: time)")
+    z.add_argument(
+        "--diff-steps",
+        type=_steps,
+        metavar="K,...",
+        help="time-difference steps, in time steps (default: 1)",
+    )
+    z.add_argument(
+        "--feature-dims",
+        type=_names,
+        metavar="DIM,...",
+        help="dimensions whose entries are separate features, e.g. level -> z_500 (default: "
+        "*_feature and vertical-level dimensions; '' for none); all others are reduced",
+    )
+    z.add_argument(
+        "--output", type=Path, metavar="FILE.nc", help="the statistics file (netCDF, float64)"
+    )
+    z.add_argument(
+        "--write-into",
+        action="store_true",
+        help="mllam-data-prep store: replace its {category}__{split}__{mean,std,diff_mean,"
+        "diff_std} variables with the exact values",
+    )
+    z.add_argument(
+        "--block-mb",
+        type=float,
+        metavar="MB",
+        help="memory per block of time steps (default 32; at least one storage chunk)",
+    )
 
 
 def _default_threads() -> int:
@@ -266,7 +332,15 @@ def options_from_args(args: argparse.Namespace):
     from wxstats.api import ComputeOptions
 
     return ComputeOptions(
-        split=args.split,
+        split=args.split[0] if args.split else "train",
+        splits=list(args.split or []),
+        variables=args.variables,
+        time_dim=args.time_dim,
+        diff_steps=args.diff_steps,
+        feature_dims=args.feature_dims,
+        output=args.output,
+        write_into=args.write_into,
+        block_mb=args.block_mb,
         step_length=args.step_length,
         skipna=args.skipna,
         threads=args.threads or _default_threads(),

@@ -5,11 +5,18 @@ For each sample: read its blocks, run the kernel, check for NaN/Inf/overflow
 processed by a small thread pool (the kernel releases the GIL and reading a
 memory map overlaps with computing), and merged exactly, so thread count and
 completion order never change a bit.
+
+Two optional source attributes refine this for sources whose samples are
+arbitrary groupings of time steps (``sources/xarray.py``):
+``exact_per_step = True`` sums each time step of a block on its own before the
+exact accumulation, so how time steps are grouped into samples never changes a
+bit; ``reference_blocks()`` gives the blocks the shifts and scales are taken
+from instead of sample 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,6 +24,7 @@ import numpy as np
 
 from wxstats.accumulate import Moments, Reference, RunAccumulator, StreamAccumulator
 from wxstats.errors import InputError
+from wxstats.exact import exact_sum
 from wxstats.kernels import Block, block_partials
 from wxstats.sources.base import Source, StreamSpec
 
@@ -37,9 +45,11 @@ def _first_pair(block: Block, lag: int) -> np.ndarray:
 
 
 def references(source: Source) -> dict[str, StreamReference]:
-    """Shifts and scales from the first time step of sample 0: the same on
-    every rank, in every run over the same data."""
-    blocks = source.read(0)
+    """Shifts and scales from the first time step of sample 0 (or of the
+    source's ``reference_blocks()``): the same on every rank, in every run over
+    the same data."""
+    reference_blocks = getattr(source, "reference_blocks", None)
+    blocks = reference_blocks() if reference_blocks is not None else source.read(0)
     refs = {}
     for spec in source.streams:
         block = blocks[spec.name]
@@ -86,43 +96,118 @@ def _check(source: Source, index: int, spec: StreamSpec, partials, skipna: bool)
         )
 
 
+def _step_views(block: Block) -> Iterator[Block]:
+    """One view per time step of ``block`` that has a value or a pair to count."""
+    lags = sorted(block.diff_ranges)
+    reach = max(lags, default=0)
+    t0, t1 = block.value_range
+    for t in range(block.array.shape[0]):
+        pairs = {k for k in lags if block.diff_ranges[k][0] <= t < block.diff_ranges[k][1]}
+        pairs = {k for k in pairs if t - k >= 0}
+        if not (t0 <= t < t1) and not pairs:
+            continue
+        lo = max(0, t - reach)
+        here = (t - lo, t - lo + 1)
+        yield Block(
+            array=block.array[lo : t + 1],
+            channels=block.channels,
+            value_range=here if t0 <= t < t1 else (0, 0),
+            diff_ranges={k: here if k in pairs else (0, 0) for k in lags},
+        )
+
+
+def _steps_accumulator(parts: list, spec: StreamSpec):
+    """The exact sum of per-step partials, and their counts (with NaN where a
+    float sum was not finite) for :func:`_check`."""
+    from wxstats.kernels import _empty_partials
+
+    n_f, lags = len(spec.features), tuple(spec.diff_steps)
+    total = _empty_partials(n_f, list(lags))
+    acc = StreamAccumulator.empty(n_f, lags)
+    if not parts:
+        return total, acc
+
+    def stacked(name: str, k: int | None = None) -> np.ndarray:
+        return np.stack([getattr(p, name) if k is None else getattr(p, name)[k] for p in parts])
+
+    def exact(values: np.ndarray) -> np.ndarray:
+        return exact_sum(np.where(np.isfinite(values), values, 0.0)).sum(axis=0)
+
+    def checked(values: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(values).all(axis=0), 0.0, np.nan)
+
+    total.nan_count = stacked("nan_count").sum(axis=0)
+    total.inf_count = stacked("inf_count").sum(axis=0)
+    s1, s2 = stacked("sum1"), stacked("sum2")
+    total.sum1, total.sum2 = checked(s1), checked(s2)
+    acc.values = Moments(
+        count=stacked("count").sum(axis=0),
+        sum1=exact(s1),
+        sum2=exact(s2),
+        minimum=stacked("minimum").min(axis=0),
+        maximum=stacked("maximum").max(axis=0),
+        nan_count=total.nan_count.copy(),
+    )
+    for k in lags:
+        d1, d2 = stacked("diff_sum1", k), stacked("diff_sum2", k)
+        total.diff_sum1[k], total.diff_sum2[k] = checked(d1), checked(d2)
+        moments = Moments.empty(n_f)
+        moments.count = stacked("diff_count", k).sum(axis=0)
+        moments.sum1, moments.sum2 = exact(d1), exact(d2)
+        acc.diffs[k] = moments
+    return total, acc
+
+
+def _moments(partials, spec: StreamSpec) -> StreamAccumulator:
+    values = Moments.from_partials(
+        partials.count,
+        partials.sum1,
+        partials.sum2,
+        partials.minimum,
+        partials.maximum,
+        partials.nan_count,
+    )
+    n_f = len(spec.features)
+    diffs = {
+        k: Moments.from_partials(
+            partials.diff_count[k],
+            partials.diff_sum1[k],
+            partials.diff_sum2[k],
+            np.full(n_f, np.inf),
+            np.full(n_f, -np.inf),
+            np.zeros(n_f, dtype=np.int64),
+        )
+        for k in spec.diff_steps
+    }
+    return StreamAccumulator(values, diffs)
+
+
 def sample_accumulator(
     source: Source, index: int, refs: dict[str, StreamReference], skipna: bool
 ) -> RunAccumulator:
     """The exact accumulator of one sample (deterministic, whoever runs it)."""
     blocks = source.read(index)
+    per_step = bool(getattr(source, "exact_per_step", False))
     streams = {}
     for spec in source.streams:
         ref = refs[spec.name]
-        partials = block_partials(
-            blocks[spec.name],
-            ref.values.shift,
-            ref.values.scale,
-            {k: r.shift for k, r in ref.diffs.items()},
-            {k: r.scale for k, r in ref.diffs.items()},
-        )
-        _check(source, index, spec, partials, skipna)
-        values = Moments.from_partials(
-            partials.count,
-            partials.sum1,
-            partials.sum2,
-            partials.minimum,
-            partials.maximum,
-            partials.nan_count,
-        )
-        n_f = len(spec.features)
-        diffs = {
-            k: Moments.from_partials(
-                partials.diff_count[k],
-                partials.diff_sum1[k],
-                partials.diff_sum2[k],
-                np.full(n_f, np.inf),
-                np.full(n_f, -np.inf),
-                np.zeros(n_f, dtype=np.int64),
+        views = _step_views(blocks[spec.name]) if per_step else [blocks[spec.name]]
+        parts = [
+            block_partials(
+                view,
+                ref.values.shift,
+                ref.values.scale,
+                {k: r.shift for k, r in ref.diffs.items()},
+                {k: r.scale for k, r in ref.diffs.items()},
             )
-            for k in spec.diff_steps
-        }
-        streams[spec.name] = StreamAccumulator(values, diffs)
+            for view in views
+        ]
+        if per_step:
+            total, streams[spec.name] = _steps_accumulator(parts, spec)
+            _check(source, index, spec, total, skipna)
+        else:
+            _check(source, index, spec, parts[0], skipna)
+            streams[spec.name] = _moments(parts[0], spec)
     return RunAccumulator(streams)
 
 

@@ -27,12 +27,31 @@ def _g(value: float) -> str:
 
 
 def format_table(stats: Stats) -> str:
-    """A table of the state (and forcing) statistics, as plain text."""
+    """A table of the state (and forcing) statistics, as plain text; without a
+    "state" stream (zarr/netCDF runs), one table per stream."""
     from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
+    if "state" not in stats.streams:
+        for name, stream in stats.streams.items():
+            console.print(_rich_table(stream, f"wxstats: {name}"))
+        return buffer.getvalue().rstrip()
+    console.print(_rich_table(stats.state, f"wxstats: {stats.source_kind} state statistics"))
+    for stream in stats.forcing.values():
+        for f, feature in enumerate(stream.features):
+            console.print(
+                f"forcing {feature}: mean {_g(stream.mean[f])} std {_g(stream.std[f])} "
+                f"min {_g(stream.minimum[f])} max {_g(stream.maximum[f])} "
+                f"count {int(stream.count[f])}"
+            )
+    return buffer.getvalue().rstrip()
+
+
+def _rich_table(state, title: str):
     from rich.table import Table
 
-    state = stats.state
-    table = Table(title=f"wxstats: {stats.source_kind} state statistics", title_justify="left")
+    table = Table(title=title, title_justify="left")
     for column in ("variable", "units", "mean", "std", "min", "max"):
         table.add_column(column, justify="left" if column in ("variable", "units") else "right")
     steps = sorted(state.diff)
@@ -53,17 +72,7 @@ def format_table(stats: Stats) -> str:
             _, std_ratio = state.standardized_diff(k)
             row += [_g(state.diff[k].mean[f]), _g(state.diff[k].std[f]), _g(std_ratio[f])]
         table.add_row(*row)
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
-    console.print(table)
-    for stream in stats.forcing.values():
-        for f, feature in enumerate(stream.features):
-            console.print(
-                f"forcing {feature}: mean {_g(stream.mean[f])} std {_g(stream.std[f])} "
-                f"min {_g(stream.minimum[f])} max {_g(stream.maximum[f])} "
-                f"count {int(stream.count[f])}"
-            )
-    return buffer.getvalue().rstrip()
+    return table
 
 
 # -- the report ---------------------------------------------------------------
@@ -99,7 +108,7 @@ def _run_lines(stats: StatsSet) -> list[str]:
     return [f"{k}: {run[k]}" for k in keys if k in run]
 
 
-def _stream_table(stream: StreamSet, flags: dict[tuple[str, str], list[str]]) -> str:
+def _html_stream_table(stream: StreamSet, flags: dict[tuple[str, str], list[str]]) -> str:
     steps = sorted(stream.diff, key=str)
     head = ["variable", "units"]
     head += [
@@ -163,7 +172,7 @@ def report_html(stats: StatsSet, flags: dict[tuple[str, str], list[str]], png: b
     )
     for category, stream in stats.streams.items():
         parts.append(f"<h2>{html.escape(category)}</h2>")
-        parts.append(_stream_table(stream, flags))
+        parts.append(_html_stream_table(stream, flags))
     if any(s.derived for s in stats.streams.values()):
         parts.append(
             "<p>† not in the file: derived from the other scale with the std "

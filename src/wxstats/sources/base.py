@@ -24,8 +24,32 @@ class StreamSpec:
     long_names: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StreamLayout:
+    """Where a stream's statistics go in a ``{prefix}__{split}__{op}`` file.
+
+    ``features`` are the C-order product of ``feature_dims`` (none: one
+    scalar feature); ``coords`` are written along them (name -> (dims,
+    values)). ``category`` groups streams in the JSON summary ("state",
+    "forcing" or "static").
+    """
+
+    prefix: str
+    split: str
+    feature_dims: tuple[str, ...] = ()
+    feature_shape: tuple[int, ...] = ()
+    coords: dict[str, tuple[tuple[str, ...], Any]] = field(default_factory=dict)
+    category: str = "state"
+
+
 class Source(Protocol):
-    """An ordered list of samples (see module docstring)."""
+    """An ordered list of samples (see module docstring).
+
+    Optional: ``exact_per_step = True`` and ``reference_blocks()`` for
+    sources whose samples are arbitrary groups of time steps (see
+    :mod:`wxstats.engine`); ``layout`` (a :class:`StreamLayout` per stream)
+    for ``{prefix}__{split}__{op}`` outputs.
+    """
 
     kind: str
     streams: list[StreamSpec]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from wxstats.atomic import Writer
+from wxstats.sources.base import StreamLayout
 from wxstats.stats import Stats
 
 METHOD = (
@@ -25,23 +26,59 @@ METHOD = (
 )
 
 
-def stats_dataset(stats: Stats, split: str):
-    """The statistics as an ``xarray.Dataset`` (see module docstring)."""
+def _diff_dim(stream, prefix: str, all_steps: set[int], layout) -> str:
+    """``diff_step``, or a dimension of the stream's own where a short split
+    lacks some steps (absent, rather than NaN-filled by alignment)."""
+    if layout is None or set(stream.diff) == all_steps:
+        return "diff_step"
+    return f"{prefix}diff_step"
+
+
+def _variable(values, form, extra_dims: tuple[str, ...], unit: bool) -> tuple:
+    """(dims, array, attrs) of one statistic; ``form`` is (feature dims,
+    feature shape or None for a flat feature axis, attrs with units)."""
+    dims, shape, attrs = form
+    array = np.asarray(values)
+    if shape is not None:
+        array = array.reshape(array.shape[: len(extra_dims)] + tuple(shape))
+    return (extra_dims + tuple(dims), array, attrs if unit else {})
+
+
+def stats_dataset(stats: Stats, split: str, layout: dict[str, StreamLayout] | None = None):
+    """The statistics as an ``xarray.Dataset`` (see module docstring).
+
+    Without ``layout`` (neural-lam MEPS) the streams are ``state`` and one
+    forcing; with it (zarr/netCDF sources) each stream is named and shaped as
+    its :class:`~wxstats.sources.base.StreamLayout` says.
+    """
     import xarray as xr
 
     data_vars = {}
     coords = {}
+    all_steps = {k for stream in stats.streams.values() for k in stream.diff}
     for name, stream in stats.streams.items():
-        category = "state" if name == "state" else "forcing"
-        dim = f"{category}_feature"
-        if category == "forcing" and dim in coords:
-            # several forcing streams share one feature axis
-            raise NotImplementedError("one forcing stream per statistics file")
-        coords[dim] = (dim, list(stream.features))
-        coords[f"{category}_feature_units"] = (dim, list(stream.units))
-        if stream.long_names:
-            coords[f"{category}_feature_long_name"] = (dim, list(stream.long_names))
-        prefix = f"{category}__{split}__"
+        if layout is None:
+            category = "state" if name == "state" else "forcing"
+            dim = f"{category}_feature"
+            if category == "forcing" and dim in coords:
+                # several forcing streams share one feature axis
+                raise NotImplementedError("one forcing stream per statistics file")
+            coords[dim] = (dim, list(stream.features))
+            coords[f"{category}_feature_units"] = (dim, list(stream.units))
+            if stream.long_names:
+                coords[f"{category}_feature_long_name"] = (dim, list(stream.long_names))
+            prefix, dims, shape, attrs = f"{category}__{split}__", (dim,), None, {}
+        else:
+            lay = layout[name]
+            prefix, dims, shape = (
+                f"{lay.prefix}__{lay.split}__",
+                lay.feature_dims,
+                lay.feature_shape,
+            )
+            coords.update(lay.coords)
+            attrs = {"units": stream.units[0]} if len(set(stream.units)) == 1 else {}
+
+        form = (dims, shape, attrs)
         for op, values in (
             ("count", stream.count),
             ("mean", stream.mean),
@@ -50,10 +87,11 @@ def stats_dataset(stats: Stats, split: str):
             ("max", stream.maximum),
             ("nan_count", stream.nan_count),
         ):
-            data_vars[prefix + op] = ((dim,), np.asarray(values))
+            data_vars[prefix + op] = _variable(values, form, (), op not in ("count", "nan_count"))
         if stream.diff:
             steps = sorted(stream.diff)
-            coords["diff_step"] = ("diff_step", np.array(steps, dtype=np.int64))
+            diff_dim = _diff_dim(stream, prefix, all_steps, layout)
+            coords[diff_dim] = (diff_dim, np.array(steps, dtype=np.int64))
             std_scale = [stream.standardized_diff(k) for k in steps]
             for op, values in (
                 ("diff_count", [stream.diff[k].count for k in steps]),
@@ -62,7 +100,8 @@ def stats_dataset(stats: Stats, split: str):
                 ("diff_mean_standardized", [s[0] for s in std_scale]),
                 ("diff_std_standardized", [s[1] for s in std_scale]),
             ):
-                data_vars[prefix + op] = (("diff_step", dim), np.asarray(values))
+                unit = op in ("diff_mean", "diff_std")
+                data_vars[prefix + op] = _variable(values, form, (diff_dim,), unit)
     attrs = {
         "title": "wxstats normalization statistics",
         "method": METHOD,
@@ -75,8 +114,10 @@ def stats_dataset(stats: Stats, split: str):
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
-def netcdf_writer(stats: Stats, split: str) -> Writer:
-    dataset = stats_dataset(stats, split)
+def netcdf_writer(
+    stats: Stats, split: str, layout: dict[str, StreamLayout] | None = None
+) -> Writer:
+    dataset = stats_dataset(stats, split, layout)
 
     def write(path: Path) -> None:
         dataset.to_netcdf(path, engine="netcdf4")

@@ -1,0 +1,193 @@
+"""mllam-data-prep stores: recognised, its definitions computed exactly, and
+``--write-into`` replacing its statistics atomically for neural-lam."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from gridded_data import assert_stream_matches, gridded, mdp_store, reference, write_zarr
+
+from reference import assert_close
+from wxstats.api import ComputeOptions, check_outputs, compute, open_source
+from wxstats.cli import main
+from wxstats.errors import WxstatsError
+from wxstats.writers import mdp
+
+TRAIN, VAL = (0, 24), (24, 36)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mdp") / "danra.zarr"
+    return path, mdp_store(path)
+
+
+@pytest.fixture
+def store_copy(store, tmp_path):
+    path, truth = store
+    shutil.copytree(path, tmp_path / "copy.zarr")
+    return tmp_path / "copy.zarr", truth
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _neural_lam_reads(path: Path, category: str) -> xr.Dataset:
+    """What neural-lam's MDPDatastore.get_standardization_dataarray reads."""
+    ds = xr.open_zarr(path, consolidated=True)
+    names = {f"{category}__train__{op}": f"{category}_{op}" for op in ("mean", "std")}
+    if category == "state":
+        names.update({f"state__train__diff_{op}": f"state_diff_{op}" for op in ("mean", "std")})
+    return ds[list(names)].rename(names).load()
+
+
+def test_recognised_with_its_categories_and_splits(store):
+    path, _ = store
+    source = open_source(path, ComputeOptions())
+    assert source.is_mdp
+    # only train has statistics in the store: the default splits are those
+    assert [s.name for s in source.splits] == ["train"]
+    assert [s.name for s in source.streams] == ["state__train", "forcing__train", "static__train"]
+    assert source.streams[0].features == ["t2m", "u10m", "pres_seasurface"]
+    assert source.streams[0].units == ["K", "m/s", "Pa"]
+    assert source.streams[2].diff_steps == ()
+
+
+def test_statistics_are_mllam_definitions_computed_exactly(store):
+    path, truth = store
+    stats = compute(path, splits=["train", "val"])
+    for split, (a, b) in (("train", TRAIN), ("val", VAL)):
+        for cat in ("state", "forcing"):
+            ref = reference(truth[cat], a, b, (1,))
+            assert_stream_matches(stats.streams[f"{cat}__{split}"], ref)
+        # static: reduced over the grid only, the same for every split
+        assert_stream_matches(stats.streams[f"static__{split}"], reference(truth["static"], 0, 1))
+
+
+def test_diff_std_is_of_consecutive_steps_not_a_second_difference(store):
+    """mllam-data-prep issue 102: its diff_std is the std of diff(diff(x))."""
+    path, truth = store
+    stats = compute(path)
+    state = truth["state"][TRAIN[0] : TRAIN[1]]
+    once = np.diff(state, axis=0).reshape(-1, 3)
+    assert_close(stats.streams["state__train"].diff[1].std, once.std(axis=0), 1e-10, "diff std")
+    stored = xr.open_zarr(path)["state__train__diff_std"].values
+    assert np.all(np.abs(stored / once.std(axis=0) - 1) > 0.1)  # the fixture has the bug
+
+
+def test_write_into_gives_neural_lam_the_exact_values(store_copy, capsys):
+    path, truth = store_copy
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    assert not list(Path.cwd().glob("copy.stats.nc"))  # --write-into alone writes no file
+    after = _files(path)
+    assert {k for k in after if not k.endswith(".zmetadata")} == set(before) - {".zmetadata"}
+    assert after[".zmetadata"] == before[".zmetadata"]  # metadata unchanged
+    assert not [p for p in path.iterdir() if p.name.startswith(".wxstats")]
+    for cat in ("state", "forcing", "static"):
+        got = _neural_lam_reads(path, cat)
+        start, stop = (0, 1) if cat == "static" else TRAIN
+        ref = reference(truth[cat], start, stop, (1,) if cat != "static" else ())
+        assert got[f"{cat}_mean"].dtype == np.float32  # the store's own dtype
+        # float64 results rounded once to float32 (what neural-lam converts to)
+        assert_close(got[f"{cat}_mean"].values, ref["mean"], 6e-8, f"{cat} mean")
+        assert_close(got[f"{cat}_std"].values, ref["std"], 6e-8, f"{cat} std")
+        if cat == "state":
+            assert_close(got["state_diff_std"].values, ref["diff"][1]["std"], 6e-8, "diff std")
+            assert_close(got["state_diff_mean"].values, ref["diff"][1]["mean"], 6e-8, "d mean")
+    # the data itself is untouched
+    data_files = [k for k in before if k.split("/")[0] in ("state", "forcing", "static")]
+    assert all(after[k] == before[k] for k in data_files)
+
+
+def test_write_into_adds_statistics_of_other_splits(store_copy):
+    path, truth = store_copy
+    assert main(["compute", str(path), "--write-into", "--split", "val", "--quiet"]) == 0
+    ds = xr.open_zarr(path, consolidated=True)
+    ref = reference(truth["state"], *VAL, (1,))
+    assert_close(ds["state__val__std"].values, ref["std"], 6e-8, "val std")
+    assert_close(ds["state__val__diff_std"].values, ref["diff"][1]["std"], 6e-8, "val diff std")
+    assert ds["state__val__mean"].dims == ("state_feature",)
+
+
+def test_failed_write_keeps_the_old_values(store_copy, monkeypatch):
+    path, _ = store_copy
+    before = _files(path)
+    real_replace, calls = os.replace, []
+
+    def failing(src, dst):
+        if ".wxstats-" not in str(dst):  # into the store (zarr itself writes via os.replace)
+            calls.append(dst)
+            if len(calls) == 3:
+                raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(mdp.os, "replace", failing)
+    source = open_source(path, ComputeOptions(write_into=True))
+    from wxstats.api import compute_source, write_outputs
+
+    stats = compute_source(source)
+    with pytest.raises(WxstatsError, match="old values were kept.*No space left"):
+        write_outputs(source, stats, ComputeOptions(write_into=True))
+    assert len(calls) == 5  # two chunks moved in, the third failed, the two put back
+    assert _files(path) == before
+
+
+def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
+    path, _ = store_copy
+    ds = xr.open_zarr(path)
+    per_point = ds["state"].isel(time=slice(0, 24)).mean("time").astype("float32").compute()
+    shutil.rmtree(path / "state__train__mean")
+    xr.Dataset({"state__train__mean": per_point}).to_zarr(path, mode="a", consolidated=True)
+    source = open_source(path, ComputeOptions())
+    with pytest.raises(WxstatsError, match=r"state__train__mean has dimensions \('grid_index'"):
+        check_outputs(source, ComputeOptions(write_into=True))
+
+
+def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store):
+    ds, _ = gridded(n_time=6)
+    write_zarr(ds[["t2m"]], tmp_path / "g.zarr")
+    assert main(["compute", str(tmp_path / "g.zarr"), "--write-into"]) == 2
+    path, _ = store
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "3"]) == 2
+
+
+def test_cli_output_names_follow_mllam(store, tmp_path, capsys):
+    path, _ = store
+    out = tmp_path / "stats.nc"
+    assert (
+        main(["compute", str(path), "--output", str(out), "--summary", str(tmp_path / "s.json")])
+        == 0
+    )
+    ds = xr.open_dataset(out)
+    assert ds["state__train__mean"].dims == ("state_feature",)
+    assert list(ds["state_feature"].values) == ["t2m", "u10m", "pres_seasurface"]
+    assert list(ds["state_feature_units"].values) == ["K", "m/s", "Pa"]
+    assert ds["state__train__diff_std"].dims == ("diff_step", "state_feature")
+    assert "static__train__mean" in ds and "static__train__diff_std" not in ds
+    ds.close()
+    import json
+
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["variables"] == ["t2m", "u10m", "pres_seasurface"]
+    assert list(summary["forcing"]) == ["toa_radiation"]
+    assert list(summary["static"]) == ["orography", "lsm"]
+    assert list(summary["splits"]) == ["train"]
+
+
+def test_split_bounds_stored_as_datetimes(tmp_path, store):
+    """mllam-data-prep writes the bounds as given in its YAML: strings or datetimes."""
+    path, truth = store
+    ds = xr.open_zarr(path).load()
+    ds["splits"] = (ds["splits"].dims, ds["splits"].values.astype("datetime64[ns]"))
+    for name in ds.variables:
+        ds[name].encoding = {}
+    ds.to_zarr(tmp_path / "dt.zarr", mode="w", zarr_format=2, consolidated=True)
+    stats = compute(tmp_path / "dt.zarr", splits=["val"])
+    assert_stream_matches(stats.streams["state__val"], reference(truth["state"], *VAL, (1,)))
