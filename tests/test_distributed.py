@@ -212,14 +212,16 @@ def _torchrun(*args: str) -> list[str]:
 def test_torchrun_single_node(odd, tmp_path, n):
     config, reference = odd
     out = tmp_path / "out"
-    if n == 3 and shutil.which("wxstats"):  # the installed entry point under torchrun
-        target = ["--no-python", "wxstats"]
-    else:
-        target = ["-m", "wxstats"]
+    # N = 3 runs the installed ``wxstats`` command under torchrun, N = 2 the module
+    target = ["--no-python", "wxstats"] if n == 3 else ["-m", "wxstats"]
     cmd = _torchrun(
-        "--nproc-per-node", str(n), "--master-port", str(free_port()), *target,
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(free_port()),
+        *target,
         *compute_args(config, out),
-    )  # fmt: skip
+    )
     result = run(cmd)
     assert result.returncode == 0, result.stderr
     assert world_size_of(out) == n
@@ -235,10 +237,22 @@ def test_torchrun_two_nodes(odd, tmp_path):
     nodes = [
         subprocess.Popen(
             _torchrun(
-                "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "2",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "wxstats-test",
-                "-m", "wxstats", *compute_args(config, out),
-            ),  # fmt: skip
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                "wxstats-test",
+                "-m",
+                "wxstats",
+                *compute_args(config, out),
+            ),
             env=env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

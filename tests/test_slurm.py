@@ -97,9 +97,16 @@ def test_readme_sbatch_script(slurm, odd, tmp_path):
     environment = dict(slurm, DATASTORE=str(data / config.name))
     result = subprocess.run(
         [
-            "timeout", "240", "sbatch", "--wait", "--nodes=1", "--ntasks-per-node=2",
-            "--cpus-per-task=1", f"--chdir={tmp_path}", str(script),
-        ],  # fmt: skip
+            "timeout",
+            "240",
+            "sbatch",
+            "--wait",
+            "--nodes=1",
+            "--ntasks-per-node=2",
+            "--cpus-per-task=1",
+            f"--chdir={tmp_path}",
+            str(script),
+        ],
         env=environment,
         capture_output=True,
         text=True,
