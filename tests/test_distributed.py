@@ -420,3 +420,12 @@ def test_nccl_on_cuda_is_byte_identical(odd, tmp_path):
 def test_auto_picks_nccl_with_a_gpu_per_rank():
     launch = Launch("nproc", 0, 1, 0, 1, "127.0.0.1", 1)
     assert resolve_backend("auto", "auto", launch) == ("nccl", "cuda:0")
+
+
+def test_nproc_is_refused_inside_a_job_of_ranks(odd, monkeypatch, capsys):
+    config, _ = odd
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    assert main(["compute", str(config), "--nproc", "2"]) == 2
+    assert "do not combine it with torchrun" in capsys.readouterr().err

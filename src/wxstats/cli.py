@@ -243,13 +243,15 @@ def _launched_as_rank() -> bool:
 def _run_parallel(args: argparse.Namespace) -> int:
     from wxstats import distributed
 
+    launch = distributed.detect_launch()
     if args.nproc:
-        if _launched_as_rank():
-            raise WxstatsError("--nproc cannot be used under torchrun or srun (already a rank)")
+        if launch is not None and launch.world_size > 1:
+            raise WxstatsError(
+                "--nproc starts ranks itself: do not combine it with torchrun or srun -n N>1"
+            )
         return distributed.launch_local(
             distributed.strip_nproc(args.argv), args.nproc, args.timeout
         )
-    launch = distributed.detect_launch()
     return distributed.run_rank(args, launch)
 
 

@@ -402,7 +402,7 @@ class Job:
         if self.failure is None:
             self.failure = (rank, message, code)
 
-    def _wait_for(self, key: str, target: int, what: str) -> None:
+    def _wait_for(self, key: str, target: int) -> None:
         """Wait until counter ``key`` reaches ``target`` or a rank fails."""
         while True:
             self.raise_if_failed()
@@ -421,7 +421,7 @@ class Job:
 
         self._push_progress()
         self.store.add("ready", 1)
-        self._wait_for("ready", self.world_size, "ready")
+        self._wait_for("ready", self.world_size)
         ints, minimum, maximum = acc.pack()
         device = torch.device(self.device)
         check = torch.tensor([self._identity, -self._identity, ints.size], dtype=torch.int64)
