@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import warnings
 from pathlib import Path
 
@@ -85,6 +86,23 @@ def _readme_sbatch_script() -> str:
     return match.group(1)
 
 
+def _wait_for_job(job_id: str, environment: dict, deadline: float) -> str:
+    """The job's final ``scontrol show job`` line (sbatch --wait polls slowly)."""
+    while True:
+        shown = subprocess.run(
+            ["timeout", "30", "scontrol", "show", "job", "-o", job_id],
+            env=environment,
+            capture_output=True,
+            text=True,
+        ).stdout
+        if re.search(r"JobState=(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_ME)", shown):
+            return shown
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], env=environment, timeout=30, check=False)
+            pytest.fail(f"job {job_id} did not finish in time: {shown}")
+        time.sleep(0.3)
+
+
 def test_readme_sbatch_script(slurm, odd, tmp_path):
     """The README's multi-node script, as written, on the one node we have
     (sbatch options on the command line override its #SBATCH lines)."""
@@ -95,28 +113,21 @@ def test_readme_sbatch_script(slurm, odd, tmp_path):
     script.write_text(_readme_sbatch_script())
     assert shutil.which("wxstats", path=slurm.get("PATH")), "the wxstats command is not installed"
     environment = dict(slurm, DATASTORE=str(data / config.name))
-    result = subprocess.run(
-        [
-            "timeout",
-            "240",
-            "sbatch",
-            "--wait",
-            "--nodes=1",
-            "--ntasks-per-node=2",
-            "--cpus-per-task=1",
-            f"--chdir={tmp_path}",
-            str(script),
-        ],
+    submit = subprocess.run(
+        ["timeout", "60", "sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2"]
+        + ["--cpus-per-task=1", f"--chdir={tmp_path}", str(script)],
         env=environment,
         capture_output=True,
         text=True,
-        timeout=260,
+        timeout=90,
     )
-    job_id = re.search(r"Submitted batch job (\d+)", result.stdout)
-    log = tmp_path / f"wxstats-{job_id.group(1)}.out" if job_id else None
-    log_text = log.read_text() if log and log.exists() else ""
-    assert result.returncode == 0, result.stderr + log_text
-    summary = tmp_path / f"stats-{job_id.group(1)}.json"
+    assert submit.returncode == 0, submit.stderr
+    job_id = submit.stdout.strip().split(";")[0]
+    state = _wait_for_job(job_id, slurm, deadline=time.monotonic() + 240)
+    log = tmp_path / f"wxstats-{job_id}.out"
+    log_text = log.read_text() if log.exists() else ""
+    assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state + log_text
+    summary = tmp_path / f"stats-{job_id}.json"
     run = json.loads(summary.read_text())["run"]
     assert run["world_size"] == 2 and run["threads_per_rank"] == 1
     assert "wrote 8 files" in log_text
