@@ -306,6 +306,7 @@ class Job:
         self._progress = None
         self._totals: tuple[int, int] | None = None
         self._identity = 0
+        self._dead: set[int] = set()  # ranks declared dead: rank 0 does not wait for them
         self._started = time.monotonic()
         self.store = None
 
@@ -346,7 +347,7 @@ class Job:
             if self.rank == 0:
                 deadline = time.monotonic() + min(self.timeout, 30.0)
                 while time.monotonic() < deadline and self.world_size > 1:
-                    if self.store.add("left", 0) >= self.world_size - 1:
+                    if self.store.add("left", 0) >= self.world_size - 1 - len(self._dead):
                         break
                     time.sleep(0.05)
             else:
@@ -510,6 +511,7 @@ class Job:
                 if store.check([f"left/{r}"]) or store.check(["result"]):
                     del self._beat[r]
                     continue
+                self._dead.add(r)
                 self._publish_failure(
                     r,
                     f"no sign of life for {self.timeout:g} s (killed, or its node failed?)",
