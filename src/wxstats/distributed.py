@@ -333,7 +333,9 @@ class Job:
                 f"rank {self.rank}: could not join the job at {self.launch.master_addr}:"
                 f"{self.launch.master_port} within {self.timeout:g} s ({self.backend}): {first}"
             ) from None
-        self.store = dist.PrefixStore("wxstats/", store)
+        # torchrun's agent store outlives restarted workers: one key space per attempt
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.store = dist.PrefixStore(f"wxstats/{attempt}/", store)
         self._beat = {r: (-1, time.monotonic()) for r in self._watched()}
         self._monitor = threading.Thread(target=self._watch, name="wxstats-monitor", daemon=True)
         self._monitor.start()
