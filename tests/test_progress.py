@@ -1,4 +1,4 @@
-"""Progress reporting: JSON lines at intervals for batch jobs, nothing on a pipe in bar mode."""
+"""Progress reporting: JSON lines at intervals for batch jobs, a closing line on a pipe."""
 
 from __future__ import annotations
 
@@ -43,10 +43,17 @@ def test_failure_is_logged_and_bar_mode_is_silent_on_a_pipe():
     with pytest.raises(RuntimeError), ProgressReporter(3, lambda i: 1, 3, "json", stream=out):
         raise RuntimeError
     assert json.loads(out.getvalue().splitlines()[-1])["event"] == "failed"
-    quiet = io.StringIO()
-    with ProgressReporter(3, lambda i: 1, 3, "bar", stream=quiet) as progress:
+    piped = io.StringIO()
+    with ProgressReporter(3, lambda i: 1, 3, "bar", stream=piped) as progress:
+        for i in range(3):
+            progress.update(i)
+    # no bar on a pipe and no line before the interval: only the closing totals
+    assert piped.getvalue().splitlines() == [piped.getvalue().strip()]
+    assert piped.getvalue().startswith("wxstats: 3 samples") and "GB/s" in piped.getvalue()
+    silent = io.StringIO()
+    with ProgressReporter(3, lambda i: 1, 3, "none", stream=silent) as progress:
         progress.update(0)
-    assert quiet.getvalue() == ""
+    assert silent.getvalue() == ""
     with pytest.raises(ValueError):
         ProgressReporter(1, lambda i: 1, 1, "xml")
 

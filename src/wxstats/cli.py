@@ -270,15 +270,15 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "--log-format",
         choices=("text", "json"),
         default="text",
-        help="text: a progress bar on a terminal; json: a JSON progress line every "
-        "--log-interval seconds on stderr, for batch jobs",
+        help="text: a progress bar on a terminal, else a line every --log-interval seconds; "
+        "json: a JSON progress line every --log-interval seconds on stderr, for batch jobs",
     )
     p.add_argument(
         "--log-interval",
         type=float,
-        default=10.0,
+        default=30.0,
         metavar="SECONDS",
-        help="seconds between JSON progress lines (default 10)",
+        help="seconds between progress lines when there is no terminal (default 30)",
     )
     z = p.add_argument_group("zarr / netCDF datasets")
     z.add_argument(
@@ -315,6 +315,39 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="MB",
         help="memory per block of time steps (default 32; at least one storage chunk)",
+    )
+    add_parallel_arguments(p)
+
+
+def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of parallel runs (see distributed.py and README "Running in parallel")."""
+    g = p.add_argument_group("parallel runs (also under torchrun or srun)")
+    g.add_argument(
+        "--nproc",
+        type=_positive_int,
+        metavar="N",
+        help="start N ranks on this machine (PyTorch Distributed); the results are identical",
+    )
+    g.add_argument(
+        "--backend",
+        choices=("auto", "gloo", "nccl"),
+        default="auto",
+        help="collectives backend (default: nccl on CUDA devices, else gloo)",
+    )
+    g.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="device of the reduced tensors (default: cuda:LOCAL_RANK if there is a GPU "
+        "for every local rank, else cpu)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for ranks to join, for a silent rank before it is declared "
+        "dead, and for ranks to stop after a failure (default 120)",
     )
 
 
@@ -364,6 +397,8 @@ def run_compute(args: argparse.Namespace) -> int:
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
     from wxstats.report import format_table
 
+    if getattr(args, "nproc", None) or _launched_as_rank():
+        return _run_parallel(args)
     options = options_from_args(args)
     source = open_source(args.dataset, options)
     check_outputs(source, options)
@@ -378,6 +413,27 @@ def run_compute(args: argparse.Namespace) -> int:
         print(format_table(stats))
         print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
     return 0
+
+
+def _launched_as_rank() -> bool:
+    from wxstats.distributed import detect_launch
+
+    return detect_launch() is not None
+
+
+def _run_parallel(args: argparse.Namespace) -> int:
+    from wxstats import distributed
+
+    launch = distributed.detect_launch()
+    if args.nproc:
+        if launch is not None and launch.world_size > 1:
+            raise WxstatsError(
+                "--nproc starts ranks itself: do not combine it with torchrun or srun -n N>1"
+            )
+        return distributed.launch_local(
+            distributed.strip_nproc(args.argv), args.nproc, args.timeout
+        )
+    return distributed.run_rank(args, launch)
 
 
 def run_example(args: argparse.Namespace) -> int:
@@ -435,6 +491,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")

@@ -1,0 +1,431 @@
+"""Parallel runs through PyTorch Distributed: launch detection, --nproc,
+torchrun (one node and two), failures, and byte-identical results.
+
+Every parallel run is compared with a single-process run of the same data
+(itself checked against the float64 two-pass reference), file by file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from distributed_helpers import (
+    assert_identical_outputs,
+    compute_args,
+    env,
+    make_odd_dataset,
+    processes_mentioning,
+    run,
+    sample_path,
+    world_size_of,
+    wxstats_cmd,
+)
+
+from reference import assert_close, meps_reference
+from wxstats.cli import main
+from wxstats.distributed import (
+    Launch,
+    detect_launch,
+    expand_nodelist,
+    free_port,
+    resolve_backend,
+    slurm_port,
+    strip_nproc,
+)
+from wxstats.errors import WxstatsError
+
+# -- Slurm node lists and launch detection (pure functions) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("node07", ["node07"]),
+        ("node[01-03,07]", ["node01", "node02", "node03", "node07"]),
+        ("a1,b[2-4]", ["a1", "b2", "b3", "b4"]),
+        ("gpu[8-10]", ["gpu8", "gpu9", "gpu10"]),
+        ("n[098-101]", ["n098", "n099", "n100", "n101"]),
+        ("x[1-2],y,z[5]", ["x1", "x2", "y", "z5"]),
+        ("r[1-2]-n[1-2]", ["r1-n1", "r1-n2", "r2-n1", "r2-n2"]),
+        ("login-1.cluster,c[3,1]", ["login-1.cluster", "c3", "c1"]),
+    ],
+)
+def test_expand_nodelist(text, hosts):
+    assert expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["node[01-03", "node01]", "n[a-b]", "n[1-]"])
+def test_expand_nodelist_rejects_malformed(text):
+    with pytest.raises(ValueError):
+        expand_nodelist(text)
+
+
+SLURM_STEP = {
+    "SLURM_PROCID": "5",
+    "SLURM_STEP_ID": "0",
+    "SLURM_NTASKS": "8",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_ID": "123456",
+    "SLURM_JOB_NODELIST": "cn[07-08,11]",
+    "SLURM_STEP_NODELIST": "cn[08,11]",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+    "SLURM_CPUS_PER_TASK": "6",
+}
+
+
+def test_detect_slurm_step():
+    launch = detect_launch(SLURM_STEP)
+    assert launch == Launch("slurm", 5, 8, 1, 4, "cn08", slurm_port(123456, 0), 6)
+    assert launch.default_threads() == 6
+
+
+def test_slurm_master_from_job_nodelist_and_overrides():
+    env_ = {k: v for k, v in SLURM_STEP.items() if k != "SLURM_STEP_NODELIST"}
+    assert detect_launch(env_).master_addr == "cn07"
+    env_.update(MASTER_ADDR="head", MASTER_PORT="29400")
+    launch = detect_launch(env_)
+    assert (launch.master_addr, launch.master_port) == ("head", 29400)
+
+
+def test_slurm_ports_differ_between_jobs_and_steps():
+    ports = {slurm_port(job, step) for job in range(1000, 1100) for step in range(4)}
+    assert len(ports) == 400
+    assert all(20000 <= p < 60000 for p in ports)
+
+
+def test_batch_script_without_srun_is_a_single_process():
+    batch = {k: v for k, v in SLURM_STEP.items() if k != "SLURM_STEP_ID"}
+    assert detect_launch(batch) is None
+    assert detect_launch({}) is None
+
+
+def test_torchrun_wins_over_slurm():
+    env_ = dict(SLURM_STEP, RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+    env_.update(MASTER_ADDR="10.0.0.1", MASTER_PORT="29500")
+    launch = detect_launch(env_)
+    assert launch == Launch("torchrun", 3, 4, 1, 2, "10.0.0.1", 29500)
+
+
+def test_threads_share_the_cpus_between_local_ranks():
+    cpus = len(os.sched_getaffinity(0))
+    launch = Launch("nproc", 0, 2, 0, 2, "127.0.0.1", 1)
+    assert launch.default_threads() == max(1, min(cpus // 2, 8))
+    assert Launch("nproc", 0, 64, 0, 64, "127.0.0.1", 1).default_threads() == 1
+
+
+def test_strip_nproc():
+    assert strip_nproc(["compute", "c.yaml", "--nproc", "3", "--quiet"]) == [
+        "compute",
+        "c.yaml",
+        "--quiet",
+    ]
+    assert strip_nproc(["compute", "--nproc=2", "c.yaml"]) == ["compute", "c.yaml"]
+
+
+def test_backend_and_device_choice_on_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    launch = Launch("nproc", 0, 2, 0, 2, "127.0.0.1", 1)
+    assert resolve_backend("auto", "auto", launch) == ("gloo", "cpu")
+    assert resolve_backend("gloo", "cpu", launch) == ("gloo", "cpu")
+    with pytest.raises(WxstatsError, match="no CUDA device"):
+        resolve_backend("auto", "cuda", launch)
+    with pytest.raises(WxstatsError, match="nccl"):
+        resolve_backend("nccl", "cpu", launch)
+
+
+# -- runs: byte identity -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    """(config, reference output dir): 11 samples and a single-process run."""
+    root = tmp_path_factory.mktemp("odd")
+    config = make_odd_dataset(root / "data")
+    reference = root / "single"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing member
+        assert main(compute_args(config, reference)) == 0
+    # the single-process result itself against the independent float64 reference
+    ref = meps_reference(config)
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["run"]["samples"] == 11
+    assert_close(summary["state"]["mean"], ref["mean"], 1e-12, "mean")
+    assert_close(summary["state"]["std"], ref["std"], 1e-10, "std")
+    return config, reference
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])
+def test_nproc_is_byte_identical(odd, tmp_path, n):
+    config, reference = odd
+    out = tmp_path / "out"
+    args = compute_args(config, out, "--nproc", str(n))
+    if n == 2:
+        args.remove("--quiet")  # and look at what the user sees
+    result = run(wxstats_cmd(*args))
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == n
+    assert_identical_outputs(reference, out)
+    assert not processes_mentioning(str(config))
+    if n == 2:
+        # one closing progress line from rank 0 with every rank's samples; one table
+        assert result.stderr.count("wxstats: 11 samples") == 1, result.stderr
+        assert "on 2 ranks" in result.stderr and "GB/s" in result.stderr
+        assert result.stdout.count("pres_0g") == 1
+        # the warning about the missing member comes once (rank 0), not per rank
+        assert result.stderr.count("lack some of the members") == 1
+
+
+def test_more_ranks_than_samples(tmp_path):
+    config = make_odd_dataset(tmp_path / "data", analysis_times=2)  # 3 samples
+    reference = tmp_path / "single"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing member
+        assert main(compute_args(config, reference)) == 0
+    out = tmp_path / "out"
+    result = run(wxstats_cmd(*compute_args(config, out, "--nproc", "4")))
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == 4
+    assert_identical_outputs(reference, out)
+
+
+# -- torchrun -------------------------------------------------------------------------------
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torchrun_single_node(odd, tmp_path, n):
+    config, reference = odd
+    out = tmp_path / "out"
+    # N = 3 runs the installed ``wxstats`` command under torchrun, N = 2 the module
+    target = ["--no-python", "wxstats"] if n == 3 else ["-m", "wxstats"]
+    cmd = _torchrun(
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(free_port()),
+        *target,
+        *compute_args(config, out),
+    )
+    result = run(cmd)
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == n
+    assert_identical_outputs(reference, out)
+
+
+def test_torchrun_two_nodes(odd, tmp_path):
+    """Two torchrun agents (--nnodes 2) meeting at a c10d rendezvous on 127.0.0.1,
+    two ranks each: a world of 4."""
+    config, reference = odd
+    out = tmp_path / "out"
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [
+        subprocess.Popen(
+            _torchrun(
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                "wxstats-test",
+                "-m",
+                "wxstats",
+                *compute_args(config, out),
+            ),
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    try:
+        results = [p.communicate(timeout=240) for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in nodes] == [0, 0], results
+    assert world_size_of(out) == 4
+    assert_identical_outputs(reference, out)
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def odd_copy(odd, tmp_path):
+    config, _ = odd
+    shutil.copytree(config.parent, tmp_path / "data", ignore=shutil.ignore_patterns("static"))
+    return tmp_path / "data" / config.name
+
+
+def test_a_bad_file_on_one_rank_stops_the_job(odd_copy, tmp_path):
+    bad = sample_path(odd_copy, 9)  # with 3 ranks (4, 4, 3 samples): rank 2's
+    bad.write_bytes(bad.read_bytes()[:1000])
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3")))
+    assert result.returncode == 2
+    assert f"rank 2: {bad}: truncated" in result.stderr
+    assert "the job stopped: rank 2 failed" in result.stderr  # rank 0's summary
+    assert "Traceback" not in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))
+    assert time.monotonic() - started < 120
+
+
+def test_existing_outputs_stop_every_rank(odd_copy, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parameter_std.pt").write_bytes(b"keep me")
+    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "2")))
+    assert result.returncode == 2
+    assert "rank 0: output exists" in result.stderr and "--overwrite" in result.stderr
+    assert (out / "parameter_std.pt").read_bytes() == b"keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["parameter_std.pt"]
+    assert not processes_mentioning(str(odd_copy))
+
+
+def _hang_on_sample(config: Path, index: int) -> tuple[Path, threading.Event]:
+    """Replace sample ``index`` by a FIFO: the rank reading it blocks; the
+    event is set at the moment it opens the file."""
+    fifo = sample_path(config, index)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "wb"):  # returns when the reader opens the FIFO
+            opened.set()
+            time.sleep(3600)
+
+    threading.Thread(target=writer, daemon=True).start()
+    return fifo, opened
+
+
+def _pids_holding(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.path.realpath(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return [p for p in pids if p != os.getpid()]
+
+
+def test_a_killed_rank_under_nproc_stops_the_job(odd_copy, tmp_path):
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    job = subprocess.Popen(
+        wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3", "--threads", "1")),
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        (victim,) = _pids_holding(fifo)
+        os.kill(victim, signal.SIGKILL)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 1
+    assert "rank 1 of 3 was killed by SIGKILL" in err
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))
+
+
+def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
+    """Ranks started by hand (as a scheduler would): no parent watches them, the
+    heartbeat in the job's store must end the survivors within --timeout."""
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    port = str(free_port())
+    ranks = []
+    for rank in range(3):
+        env_ = env()
+        env_.update(RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        ranks.append(
+            subprocess.Popen(
+                wxstats_cmd(*compute_args(odd_copy, out, "--threads", "1", "--timeout", "5")),
+                env=env_,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        os.kill(ranks[1].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        errs = [p.communicate(timeout=60)[1] for p in (ranks[0], ranks[2])]
+        took = time.monotonic() - killed_at
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert ranks[0].returncode == 1 and ranks[2].returncode == 1, errs
+    assert "rank 1 failed: no sign of life for 5 s" in errs[0]
+    assert errs[1] == ""  # rank 2 stays quiet
+    assert took < 5 + 30
+    assert not out.exists() or not any(out.iterdir())
+
+
+# -- GPUs (NCCL) ---------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_nccl_on_cuda_is_byte_identical(odd, tmp_path):
+    config, reference = odd
+    n = min(torch.cuda.device_count(), 2)
+    out = tmp_path / "out"
+    cmd = wxstats_cmd(
+        *compute_args(config, out, "--nproc", str(n), "--backend", "nccl", "--device", "cuda")
+    )
+    result = run(cmd)
+    assert result.returncode == 0, result.stderr
+    assert_identical_outputs(reference, out)
+
+
+@needs_cuda
+def test_auto_picks_nccl_with_a_gpu_per_rank():
+    launch = Launch("nproc", 0, 1, 0, 1, "127.0.0.1", 1)
+    assert resolve_backend("auto", "auto", launch) == ("nccl", "cuda:0")
+
+
+def test_nproc_is_refused_inside_a_job_of_ranks(odd, monkeypatch, capsys):
+    config, _ = odd
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    assert main(["compute", str(config), "--nproc", "2"]) == 2
+    assert "do not combine it with torchrun" in capsys.readouterr().err
