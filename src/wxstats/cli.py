@@ -183,12 +183,14 @@ def options_from_args(args: argparse.Namespace):
 
 
 def run_compute(args: argparse.Namespace) -> int:
+    from wxstats import preload
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
     from wxstats.report import format_table
 
     options = options_from_args(args)
     source = open_source(args.dataset, options)
     check_outputs(source, options)
+    preload.start()  # torch/xarray import while the (GIL-free) kernel reads the data
     stats = compute_source(source, skipna=options.skipna, threads=options.threads)
     written = write_outputs(source, stats, options)
     for note in stats.warnings:

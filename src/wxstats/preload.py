@@ -1,0 +1,39 @@
+"""Import the writers' heavy libraries in the background while data is read.
+
+``torch`` (for neural-lam's ``.pt`` files) and ``xarray`` (for the netCDF
+file) take seconds to import, longer than reading gigabytes of warm data.
+They are only needed at the end of a run, so :func:`start` imports them in a
+thread while the kernel (which releases the GIL) works; the writers' own
+``import`` then finds them loaded. A failed import is left for the writer to
+report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+
+WRITER_MODULES = ("torch", "xarray")
+
+
+def _import_all(names: tuple[str, ...]) -> None:
+    for name in names:
+        # a failure is reported by the writer that needs the module, in context
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def start(names: tuple[str, ...] = WRITER_MODULES) -> threading.Thread:
+    """Begin importing ``names`` in a (non-daemon) thread; returns the thread.
+
+    The compiled kernel is imported first, here: imports hold the GIL, so two
+    at once gain nothing, while the kernel's work overlaps with the thread.
+    """
+    import wxstats._kernels_numba  # noqa: F401
+
+    thread = threading.Thread(
+        target=_import_all, args=(names,), name="wxstats-preload", daemon=False
+    )
+    thread.start()
+    return thread
