@@ -1,7 +1,7 @@
 """Import the writers' heavy libraries in the background while data is read.
 
-``torch`` (for neural-lam's ``.pt`` files) and ``xarray`` (for the netCDF
-file) take seconds to import, longer than reading gigabytes of warm data.
+``xarray`` (for the netCDF file; it also imports dask when it builds a
+Dataset) takes seconds to import, longer than reading gigabytes of warm data.
 They are only needed at the end of a run, so :func:`start` imports them in a
 thread while the kernel (which releases the GIL) works; the writers' own
 ``import`` then finds them loaded. A failed import is left for the writer to
@@ -14,7 +14,7 @@ import contextlib
 import importlib
 import threading
 
-WRITER_MODULES = ("torch", "xarray")
+WRITER_MODULES = ("xarray", "dask.array")
 
 
 def _import_all(names: tuple[str, ...]) -> None:

@@ -2,7 +2,8 @@
 
 ``parameter_mean.pt``, ``parameter_std.pt``, ``diff_mean.pt``, ``diff_std.pt``
 (differences on the standardized scale), ``flux_stats.pt`` (``[mean, std]``):
-float32 tensors saved with ``torch.save`` and loadable with
+float32 tensors in ``torch.save``'s format (written by
+:mod:`wxstats.writers.ptfile`, without importing torch) and loadable with
 ``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
 variable from its vertical level.
 """
@@ -16,6 +17,7 @@ import numpy as np
 from wxstats.atomic import Writer
 from wxstats.errors import WxstatsError
 from wxstats.stats import Stats
+from wxstats.writers.ptfile import save_float32_vector
 
 DEFAULT_LEVEL_WEIGHTS: dict[str, float] = {
     "2": 1.0,
@@ -50,10 +52,9 @@ def parameter_weights(levels: list[str], names: list[str], weights: dict[str, fl
 
 def _tensor_writer(values: np.ndarray) -> Writer:
     def write(path: Path) -> None:
-        import torch
-
+        # torch's format written directly: importing torch costs seconds per run
         with open(path, "wb") as f:
-            torch.save(torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)), f)
+            save_float32_vector(np.asarray(values, dtype=np.float32).ravel(), f)
 
     return write
 
