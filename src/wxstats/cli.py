@@ -190,8 +190,10 @@ def run_compute(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     source = open_source(args.dataset, options)
     check_outputs(source, options)
-    preload.start()  # torch/xarray import while the (GIL-free) kernel reads the data
-    stats = compute_source(source, skipna=options.skipna, threads=options.threads)
+    # import the writers' libraries while the (GIL-free) kernel reads the data
+    stats = compute_source(
+        source, skipna=options.skipna, threads=options.threads, on_sample=preload.after_first()
+    )
     written = write_outputs(source, stats, options)
     for note in stats.warnings:
         print(f"wxstats: warning: {note}", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
+from collections.abc import Callable
 
 WRITER_MODULES = ("xarray", "dask.array")
 
@@ -25,15 +26,23 @@ def _import_all(names: tuple[str, ...]) -> None:
 
 
 def start(names: tuple[str, ...] = WRITER_MODULES) -> threading.Thread:
-    """Begin importing ``names`` in a (non-daemon) thread; returns the thread.
-
-    The compiled kernel is imported first, here: imports hold the GIL, so two
-    at once gain nothing, while the kernel's work overlaps with the thread.
-    """
-    import wxstats._kernels_numba  # noqa: F401
-
+    """Begin importing ``names`` in a (non-daemon) thread; returns the thread."""
     thread = threading.Thread(
         target=_import_all, args=(names,), name="wxstats-preload", daemon=False
     )
     thread.start()
     return thread
+
+
+def after_first(names: tuple[str, ...] = WRITER_MODULES) -> Callable[[int], None]:
+    """An ``on_sample`` callback that calls :func:`start` once, after the first
+    sample: by then numba has loaded the kernel (itself seconds of GIL-bound
+    imports that a concurrent import would only slow down), and the remaining
+    samples run in GIL-free compiled code alongside the import."""
+    started: list[threading.Thread] = []
+
+    def on_sample(_index: int) -> None:
+        if not started:
+            started.append(start(names))
+
+    return on_sample
