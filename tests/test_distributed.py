@@ -339,6 +339,21 @@ def _pids_holding(path: Path) -> list[int]:
     return [p for p in pids if p != os.getpid()]
 
 
+def _wait_for_holder(path: Path, seconds: float = 60.0) -> list[int]:
+    """The process reading ``path``: the prefetch hint opens and closes the file
+    before the read that blocks, so look until the reader holds it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pids = _pids_holding(path)
+        if pids:
+            time.sleep(0.2)  # let a prefetching open/close pass; take a steady holder
+            steady = _pids_holding(path)
+            if steady:
+                return steady
+        time.sleep(0.05)
+    return []
+
+
 def test_a_killed_rank_under_nproc_stops_the_job(odd_copy, tmp_path):
     fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
     out = tmp_path / "out"
@@ -350,7 +365,7 @@ def test_a_killed_rank_under_nproc_stops_the_job(odd_copy, tmp_path):
     )
     try:
         assert opened.wait(120), "no rank opened the sample"
-        (victim,) = _pids_holding(fifo)
+        (victim,) = _wait_for_holder(fifo)
         os.kill(victim, signal.SIGKILL)
         _, err = job.communicate(timeout=60)
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,6 +15,7 @@ from wxstats.engine import accumulate, empty_accumulator, references
 from wxstats.errors import InputError
 from wxstats.kernels import Block
 from wxstats.sources.base import StreamSpec
+from wxstats.sources.npyfilesmeps import MepsSource
 from wxstats.stats import finalize
 
 
@@ -166,3 +169,46 @@ def test_all_nan_variable_is_an_error_even_with_skipna():
     x[..., 1] = np.nan
     with pytest.raises(InputError, match="v1.*no finite values"):
         _run(ArraySource([x], (1,)), 1, skipna=True)
+
+
+class Recording(MepsSource):
+    """The MEPS source, noting the order of prefetch hints and reads."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
+
+    def prefetch(self, index):
+        with self.lock:
+            self.events.append(("prefetch", index))
+        super().prefetch(index)
+
+    def read(self, index):
+        with self.lock:
+            self.events.append(("read", index))
+        return super().read(index)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_every_sample_is_prefetched_before_it_is_read(meps_small, threads):
+    source = Recording(meps_small)
+    refs = references(source)
+    source.events.clear()
+    indices = [7, 2, 5, 0, 9, 4]
+    one = accumulate(source, indices, refs, threads=threads)
+    hinted = [i for kind, i in source.events if kind == "prefetch"]
+    assert sorted(hinted) == sorted(indices)  # each once, nothing else
+    for i in indices:
+        assert source.events.index(("prefetch", i)) < source.events.index(("read", i))
+    # hints run ahead by a bounded amount (3 * threads + 1 samples at most)
+    reads = hints = 0
+    for kind, _ in source.events:
+        if kind == "read":
+            reads += 1
+        else:
+            hints += 1
+            assert hints <= reads + 3 * threads + 1
+    # and they change nothing
+    plain = accumulate(MepsSource(meps_small), indices, refs, threads=1)
+    assert [p.tobytes() for p in one.pack()] == [p.tobytes() for p in plain.pack()]

@@ -394,6 +394,7 @@ def progress_for(args: argparse.Namespace, source):
 
 
 def run_compute(args: argparse.Namespace) -> int:
+    from wxstats import preload
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
     from wxstats.report import format_table
 
@@ -402,9 +403,16 @@ def run_compute(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     source = open_source(args.dataset, options)
     check_outputs(source, options)
+    # import the writers' libraries while the (GIL-free) kernel reads the data
+    after_first = preload.after_first()
     with progress_for(args, source) as progress:
+
+        def on_sample(index: int) -> None:
+            progress.update(index)
+            after_first(index)
+
         stats = compute_source(
-            source, skipna=options.skipna, threads=options.threads, on_sample=progress.update
+            source, skipna=options.skipna, threads=options.threads, on_sample=on_sample
         )
     written = write_outputs(source, stats, options)
     for note in stats.warnings:

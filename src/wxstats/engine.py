@@ -12,6 +12,10 @@ arbitrary groupings of time steps (``sources/xarray.py``):
 exact accumulation, so how time steps are grouped into samples never changes a
 bit; ``reference_blocks()`` gives the blocks the shifts and scales are taken
 from instead of sample 0.
+
+Sources that can (``prefetch``) are asked to start reading the samples a few
+places ahead, so that on a cold page cache the disk works while the kernel
+computes.
 """
 
 from __future__ import annotations
@@ -224,8 +228,17 @@ def accumulate(
     """Merge the accumulators of ``indices`` (in any order; the result is exact)."""
     total = into if into is not None else empty_accumulator(source)
     indices = list(indices)
+    prefetch = getattr(source, "prefetch", None)
+    ahead = max(1, threads)
+
+    def hint(position: int) -> None:
+        if prefetch is not None and position < len(indices):
+            prefetch(indices[position])
+
     if threads <= 1:
-        for i in indices:
+        hint(0)
+        for n, i in enumerate(indices):
+            hint(n + 1)
             total.merge(sample_accumulator(source, i, refs, skipna))
             if on_sample:
                 on_sample(i)
@@ -234,7 +247,10 @@ def accumulate(
         # keep at most 2 * threads samples in flight: bounded memory
         window = 2 * threads
         pending = []
-        for i in indices:
+        for n in range(min(ahead, len(indices))):
+            hint(n)
+        for n, i in enumerate(indices):
+            hint(n + ahead)
             pending.append((i, pool.submit(sample_accumulator, source, i, refs, skipna)))
             if len(pending) >= window:
                 j, fut = pending.pop(0)

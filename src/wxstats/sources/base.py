@@ -69,6 +69,9 @@ class Source(Protocol):
         """Bytes read for sample ``index`` (progress and estimates)."""
         ...
 
+    # Optional: ``prefetch(index) -> None`` starts reading a sample in the
+    # background (a hint; the engine calls it a few samples ahead if present).
+
     def identity(self) -> dict[str, Any]:
         """What the data is (files, sizes, times): to refuse a stale resume."""
         ...

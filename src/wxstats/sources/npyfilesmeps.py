@@ -24,7 +24,7 @@ import numpy as np
 from wxstats.errors import InputError
 from wxstats.kernels import Block
 from wxstats.sources.base import StreamSpec
-from wxstats.sources.npyio import load_npy, npy_header
+from wxstats.sources.npyio import load_npy, npy_header, prefetch_files
 
 FLUX_NAME = "toa_downwelling_shortwave_flux"
 FLUX_FIRST_STEP = 2
@@ -224,6 +224,12 @@ class MepsSource:
     def nbytes(self, index: int) -> int:
         sample = self.samples[index]
         return sample.path.stat().st_size + sample.flux_path.stat().st_size
+
+    def prefetch(self, index: int) -> None:
+        """Start reading sample ``index`` into the page cache (asynchronous,
+        a hint only: errors are left to :meth:`read`)."""
+        sample = self.samples[index]
+        prefetch_files([sample.path, sample.flux_path])
 
     def read(self, index: int) -> dict[str, Block]:
         sample = self.samples[index]

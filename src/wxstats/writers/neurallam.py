@@ -2,8 +2,9 @@
 
 ``parameter_mean.pt``, ``parameter_std.pt``, ``diff_mean.pt``, ``diff_std.pt``
 (differences on the standardized scale), ``flux_stats.pt`` (``[mean, std]``):
-float32 tensors saved with ``torch.save`` and loadable with
-``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
+float32 tensors saved with ``torch.save`` (torch itself writes its format; its
+import is overlapped with the computation, see :mod:`wxstats.preload`) and
+loadable with ``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
 variable from its vertical level.
 """
 
