@@ -120,3 +120,156 @@ def test_neural_lam_script_agrees_within_its_float32_error(tiny_meps, tmp_path):
     # the std of surface pressure is where float32 cancellation shows
     std_row = rows[1]
     assert std_row[2] > 10 * std_row[1]
+
+
+# -- mllam-data-prep store, written into, read by neural-lam's mdp datastore ----------------
+
+MDP_CONFIG = """\
+schema_version: v0.5.0
+dataset_version: v0.1.0
+output:
+  variables:
+    static: [grid_index, static_feature]
+    state: [time, grid_index, state_feature]
+    forcing: [time, grid_index, forcing_feature]
+  coord_ranges:
+    time: {start: 2021-01-01T00:00, end: 2021-01-05T21:00, step: PT3H}
+  chunking: {time: 8}
+  splitting:
+    dim: time
+    splits:
+      train:
+        start: 2021-01-01T00:00
+        end: 2021-01-03T21:00
+        compute_statistics: {ops: [mean, std, diff_mean, diff_std], dims: [grid_index, time]}
+      val: {start: 2021-01-04T00:00, end: 2021-01-04T21:00}
+      test: {start: 2021-01-05T00:00, end: 2021-01-05T21:00}
+inputs:
+  heights:
+    path: heights.zarr
+    dims: [time, x, y, altitude]
+    variables:
+      u: {altitude: {values: [100, 200], units: m}}
+      v: {altitude: {values: [100, 200], units: m}}
+    dim_mapping:
+      time: {method: rename, dim: time}
+      state_feature:
+        method: stack_variables_by_var_name
+        dims: [altitude]
+        name_format: "{var_name}{altitude}m"
+      grid_index: {method: stack, dims: [x, y]}
+    target_output_variable: state
+  surface:
+    path: surface.zarr
+    dims: [time, x, y]
+    variables: [swavr0m]
+    dim_mapping:
+      time: {method: rename, dim: time}
+      grid_index: {method: stack, dims: [x, y]}
+      forcing_feature: {method: stack_variables_by_var_name, name_format: "{var_name}"}
+    target_output_variable: forcing
+  land:
+    path: land.zarr
+    dims: [x, y]
+    variables: [lsm]
+    dim_mapping:
+      grid_index: {method: stack, dims: [x, y]}
+      static_feature: {method: stack_variables_by_var_name, name_format: "{var_name}"}
+    target_output_variable: static
+extra:
+  projection:
+    class_name: LambertConformal
+    kwargs: {central_longitude: 25.0, central_latitude: 56.7, standard_parallels: [56.7, 56.7]}
+"""
+
+MDP_SERVE = """
+import json, sys
+from neural_lam.datastore.mdp import MDPDatastore
+ds = MDPDatastore(config_path=sys.argv[1])
+out = {}
+for cat in ("state", "forcing"):
+    da = ds.get_standardization_dataarray(category=cat)
+    out[cat] = {k: da[k].values.astype(float).tolist() for k in da.data_vars}
+    out[cat]["features"] = [str(v) for v in da[f"{cat}_feature"].values]
+print("JSON" + json.dumps(out))
+"""
+
+TRAIN_STEPS = 24  # 2021-01-01T00 .. 2021-01-03T21 every 3 h
+
+
+def _mdp_inputs(root: Path) -> dict[str, np.ndarray]:
+    """Input zarrs for mllam-data-prep; returns the raw fields for the reference."""
+    import pandas as pd
+    import xarray as xr
+
+    times = pd.date_range("2021-01-01T00", periods=40, freq="3h")
+    x, y = np.arange(12) * 2500.0, np.arange(10) * 2500.0
+    rng = np.random.default_rng(11)
+    steps = np.arange(40)[:, None, None, None]
+    u = (5 + 3 * np.sin(steps / 5) + rng.standard_normal((40, 12, 10, 2))).astype("float32")
+    v = (1e5 + 300 * np.cos(steps / 7) + 50 * rng.standard_normal((40, 12, 10, 2))).astype(
+        "float32"
+    )
+    hours = (np.arange(40) * 3) % 24
+    sw = 800 * np.sin(2 * np.pi * hours / 24)[:, None, None] + rng.standard_normal((40, 12, 10))
+    sw = np.clip(sw, 0, None).astype("float32")
+    dims4 = ("time", "x", "y", "altitude")
+    xr.Dataset(
+        {"u": (dims4, u), "v": (dims4, v)},
+        coords={"time": times, "x": x, "y": y, "altitude": [100, 200]},
+    ).to_zarr(root / "heights.zarr", mode="w")
+    xr.Dataset(
+        {"swavr0m": (("time", "x", "y"), sw)}, coords={"time": times, "x": x, "y": y}
+    ).to_zarr(root / "surface.zarr", mode="w")
+    lsm = (rng.random((12, 10)) > 0.5).astype("float32")
+    xr.Dataset({"lsm": (("x", "y"), lsm)}, coords={"x": x, "y": y}).to_zarr(
+        root / "land.zarr", mode="w"
+    )
+    # features in mllam-data-prep's order: u100m, u200m, v100m, v200m
+    state = np.concatenate([u, v], axis=-1).reshape(40, 120, 4)
+    return {"state": state, "forcing": sw.reshape(40, 120, 1)}
+
+
+def _train_reference(values: np.ndarray) -> dict[str, np.ndarray]:
+    x = values[:TRAIN_STEPS].astype(np.float64)
+    d = x[1:] - x[:-1]
+    mean, std = x.mean(axis=(0, 1)), x.std(axis=(0, 1))
+    return {
+        "mean": mean,
+        "std": std,
+        "diff_mean": d.mean(axis=(0, 1)),
+        "diff_std": d.std(axis=(0, 1)),
+    }
+
+
+def test_mdp_store_written_into_is_served_by_neural_lam(tmp_path):
+    import xarray as xr
+
+    raw = _mdp_inputs(tmp_path)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(MDP_CONFIG)
+    _neural_lam("-m", "mllam_data_prep", str(config), cwd=tmp_path)
+    store = tmp_path / "tiny.zarr"
+    ref = _train_reference(raw["state"])
+    with xr.open_zarr(store) as before:
+        theirs = before["state__train__diff_std"].values.astype(float)
+    # mllam-data-prep's own diff_std is the std of a second difference (its issue 102)
+    assert np.all(np.abs(theirs - ref["diff_std"]) / ref["diff_std"] > 0.05)
+
+    assert main(["compute", str(store), "--write-into", "--quiet"]) == 0
+    out = _neural_lam("-c", MDP_SERVE, str(config), cwd=tmp_path)
+    served = json.loads(out.split("JSON", 1)[1])
+    state = served["state"]
+    assert state["features"] == ["u100m", "u200m", "v100m", "v200m"]
+
+    def close(actual, expected, what):
+        rel = np.abs(np.asarray(actual) - expected) / np.abs(expected)
+        assert np.all(rel <= 2e-7), (what, rel.max())  # float32 rounding in the store
+
+    close(state["state_mean"], ref["mean"], "mean")
+    close(state["state_std"], ref["std"], "std")
+    close(state["state_diff_std_standardized"], ref["diff_std"] / ref["std"], "diff std")
+    close(state["state_diff_mean_standardized"], ref["diff_mean"] / ref["std"], "diff mean")
+    flux = _train_reference(raw["forcing"])
+    close(served["forcing"]["forcing_mean"], flux["mean"], "forcing mean")
+    close(served["forcing"]["forcing_std"], flux["std"], "forcing std")

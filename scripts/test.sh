@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The project's test command (README "Quick start"; .ci/run calls it on a clean clone):
+# install wxstats with the CPU build of torch and the test tools, make (once, cached under
+# ~/.cache/wxstats) the neural-lam environment of the interoperability tier, run everything.
+# The Slurm tier installs and starts a one-machine Slurm itself (tests/test_slurm.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pip install -q torch==2.13.0 -e ".[test]" 2> >(grep -v "Running pip as the 'root'" >&2)
+WXSTATS_NEURALLAM_PYTHON="$(bash scripts/neural-lam-env.sh)"
+export WXSTATS_NEURALLAM_PYTHON
+python -m pytest "$@"
