@@ -216,9 +216,13 @@ def xarray_dask(config: Path, workdir: Path, kept: list[int]) -> tuple[float, fl
     return seconds, float(opened.nbytes), {"mean": np.asarray(mean), "std": np.asarray(std)}
 
 
+NEURALLAM_PYTHON = os.environ.get("WXSTATS_NEURALLAM_PYTHON", sys.executable)
+"""neural-lam may live in its own environment (scripts/neural-lam-env.sh prints its python)."""
+
+
 def neural_lam_available() -> bool:
     probe = subprocess.run(
-        [sys.executable, "-c", "import neural_lam"], env=child_env(), capture_output=True
+        [NEURALLAM_PYTHON, "-c", "import neural_lam"], env=child_env(), capture_output=True
     )
     return probe.returncode == 0
 
@@ -226,11 +230,17 @@ def neural_lam_available() -> bool:
 def neural_lam_script(config: Path) -> float:
     wall, _, _ = run_child(
         [
-            sys.executable,
+            NEURALLAM_PYTHON,
             "-m",
             "neural_lam.datastore.npyfilesmeps.compute_standardization_stats",
             "--datastore_config_path",
             str(config),
+            "--batch_size",
+            "2",
+            "--step_length",
+            "3",
+            "--n_workers",
+            "0",
         ]
     )
     return wall

@@ -38,7 +38,8 @@ def check_writable(paths: list[Path], overwrite: bool) -> None:
             ) from None
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Flush a written file to disk (before it is renamed into place)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -70,7 +71,7 @@ def write_all(outputs: dict[Path, Writer], overwrite: bool) -> None:
             temp = Path(name)
             temps[final] = temp
             writer(temp)
-            _fsync_file(temp)
+            fsync_file(temp)
         for final, temp in temps.items():
             os.replace(temp, final)
         for folder in {p.parent for p in outputs}:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from wxstats.atomic import fsync_file
 from wxstats.errors import InputError, WxstatsError
 from wxstats.sources.base import StreamLayout, StreamSpec
 from wxstats.stats import Stats
@@ -139,14 +140,6 @@ def _chunk_files(folder: Path) -> set[str]:
     }
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _consolidated(root: Path, zarr_format: int) -> bool:
     if zarr_format == 2:
         return (root / ".zmetadata").exists()
@@ -187,7 +180,7 @@ def write_into_store(
             for rel in sorted(new):
                 target = root / name / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                _fsync(tmp / name / rel)
+                fsync_file(tmp / name / rel)
                 os.replace(tmp / name / rel, target)
                 done.append((target, backup / name / rel if rel in old else None))
             for rel in sorted(old - new):  # chunks now equal to the fill value
