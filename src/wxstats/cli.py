@@ -503,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            # zarr's note that v3 has no consolidated metadata concerns its authors, not
+            # our users (mllam-data-prep stores are consolidated; we keep them so)
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
             warnings.formatwarning = lambda message, *a, **k: f"wxstats: warning: {message}\n"
             if args.command == "compute":
                 return run_compute(args)
