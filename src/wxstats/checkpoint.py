@@ -48,11 +48,13 @@ FORMAT_VERSION = 1
 
 def _describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     changes = []
+    old_id, new_id = old.get("identity", {}), new.get("identity", {})
     for key in sorted(set(old.get("options", {})) | set(new.get("options", {}))):
         a, b = old.get("options", {}).get(key), new.get("options", {}).get(key)
+        if key == "samples" and old_id != new_id:
+            continue  # changed files: said below, more clearly
         if a != b:
             changes.append(f"option {key}: {a!r} -> {b!r}")
-    old_id, new_id = old.get("identity", {}), new.get("identity", {})
     old_files = {f[0]: f[1:] for f in old_id.get("files", [])}
     new_files = {f[0]: f[1:] for f in new_id.get("files", [])}
     added = sorted(set(new_files) - set(old_files))
