@@ -124,6 +124,16 @@ def test_nan_and_inf_name_file_variable_count(meps_copy, capsys, bad, word):
     assert _static_untouched(meps_copy)
 
 
+def test_inf_is_an_error_even_with_skipna(meps_copy, capsys):
+    path = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[2]
+    x = np.load(path)
+    x[0, 0, 0, 6] = -np.inf
+    np.save(path, x)
+    status, err = _run(meps_copy, capsys, "--skipna")
+    assert status == 2 and path.name in err and "t_2" in err and "1 infinite" in err
+    assert _static_untouched(meps_copy)
+
+
 def test_skipna_excludes_and_counts(meps_copy, capsys, tmp_path):
     path = _first(meps_copy)
     x = np.load(path)
