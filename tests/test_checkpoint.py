@@ -175,7 +175,10 @@ def test_a_signal_saves_then_stops_and_the_resumed_run_is_identical(
     assert json.loads((out / "summary.json").read_text())["run"]["resumed_samples"] == 5
 
 
-def test_a_failed_run_saves_its_progress_and_resumes(meps_copy, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_a_failed_run_saves_its_progress_and_resumes(
+    meps_copy, tmp_path, monkeypatch, capsys, threads
+):
     clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
     assert _compute(meps_copy, clean) == 0
     read = MepsSource.read
@@ -186,7 +189,8 @@ def test_a_failed_run_saves_its_progress_and_resumes(meps_copy, tmp_path, monkey
         return read(self, i)
 
     monkeypatch.setattr(MepsSource, "read", flaky)
-    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--checkpoint-interval", "3600") == 2
+    args = ["--checkpoint", str(ck), "--checkpoint-interval", "3600", "--threads", threads]
+    assert _compute(meps_copy, out, *args) == 2
     err = capsys.readouterr().err
     assert "Input/output error" in err and "rerun the same command with --resume" in err
     assert _done_in(ck) == set(range(6))
