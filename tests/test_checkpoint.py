@@ -12,10 +12,10 @@ import pytest
 from distributed_helpers import assert_identical_outputs
 
 from wxstats.api import ComputeOptions, compute_source, open_source, partition
-from wxstats.checkpoint import Checkpoint
+from wxstats.checkpoint import Checkpoint, Resumable
 from wxstats.cli import main
 from wxstats.engine import accumulate, empty_accumulator, references
-from wxstats.errors import InputError, WxstatsError
+from wxstats.errors import InputError, Interrupted, WxstatsError
 from wxstats.sources.npyfilesmeps import MepsSource
 from wxstats.stats import finalize
 
@@ -256,3 +256,19 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
         assert sorted(a.variables) == sorted(b.variables)
         for name in a.variables:
             assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+
+
+def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
+    source = open_source(meps_small, ComputeOptions())
+    run = Resumable(tmp_path / "ck", interval=3600)
+    todo, carried = run.start(source, skipna=False)
+    assert todo == list(range(10)) and run.done_before == 0
+    acc = empty_accumulator(source)
+    stopped = pytest.raises(Interrupted, match="interrupted by SIGTERM")
+    with stopped as info, run.tracking(acc) as after_sample:
+        accumulate(source, todo[:2], references(source), on_sample=after_sample, into=acc)
+        os.kill(os.getpid(), signal.SIGTERM)
+        run.finish()
+    assert info.value.code == 143
+    assert _done_in(tmp_path / "ck") == {0, 1}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -277,6 +277,8 @@ class Resumable:
         """This rank's share is done: save it; a signal from now on stops at once."""
         self.save()
         self._finished = True
+        if self._signal is not None:  # came after the last sample
+            raise self._interrupted(self._signal, saved=True)
 
     def save(self) -> None:
         """Write this rank's part file if it finished samples since the last save."""
