@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
+import netCDF4
 import numpy as np
 import pytest
+from distributed_helpers import assert_identical_outputs
 
 from wxstats.api import ComputeOptions, compute_source, open_source, partition
-from wxstats.checkpoint import Checkpoint
+from wxstats.checkpoint import Checkpoint, Resumable
+from wxstats.cli import main
 from wxstats.engine import accumulate, empty_accumulator, references
-from wxstats.errors import WxstatsError
+from wxstats.errors import InputError, Interrupted, WxstatsError
+from wxstats.sources.npyfilesmeps import MepsSource
 from wxstats.stats import finalize
 
 
@@ -105,3 +111,164 @@ def test_manifest_records_identity(meps_small, tmp_path):
     Checkpoint(tmp_path / "ck", _fingerprint(source)).prepare(resume=False)
     manifest = json.loads((tmp_path / "ck" / "manifest.json").read_text())
     assert len(manifest["identity"]["files"]) == 20 and manifest["options"]["split"] == "train"
+
+
+# -- wxstats compute --checkpoint / --resume, in this process ---------------------------
+
+
+def _compute(config, out, *extra):
+    return main(
+        [
+            "compute",
+            str(config),
+            "--quiet",
+            "--threads",
+            "1",
+            "--output-dir",
+            str(out),
+            "--summary",
+            str(out / "summary.json"),
+            *extra,
+        ]
+    )
+
+
+def _done_in(folder):
+    done = set()
+    for path in folder.glob("part-*.npz"):
+        with np.load(path) as part:
+            done.update(part["done"].tolist())
+    return done
+
+
+def _signal_at(monkeypatch, cls, index, signum):
+    """Make reading sample ``index`` deliver a real ``signum`` to this process."""
+    read = cls.read
+
+    def reading(self, i):
+        if i == index:
+            os.kill(os.getpid(), signum)
+        return read(self, i)
+
+    monkeypatch.setattr(cls, "read", reading)
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_saves_then_stops_and_the_resumed_run_is_identical(
+    meps_copy, tmp_path, monkeypatch, capsys, signum, code
+):
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, clean) == 0
+    _signal_at(monkeypatch, MepsSource, 4, signum)
+    # an hour between saves: what is saved here is saved because of the signal
+    assert (
+        _compute(meps_copy, out, "--checkpoint", str(ck), "--checkpoint-interval", "3600") == code
+    )
+    err = capsys.readouterr().err
+    assert f"interrupted by {signal.Signals(signum).name}" in err and "--resume" in err
+    assert _done_in(ck) == {0, 1, 2, 3, 4}  # the sample being read when it came, then stopped
+    assert not out.exists() or not any(out.iterdir())
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers given back
+    monkeypatch.undo()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 0
+    assert_identical_outputs(clean, out)
+    assert json.loads((out / "summary.json").read_text())["run"]["resumed_samples"] == 5
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_a_failed_run_saves_its_progress_and_resumes(
+    meps_copy, tmp_path, monkeypatch, capsys, threads
+):
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, clean) == 0
+    read = MepsSource.read
+
+    def flaky(self, i):  # a transient read error (a network filesystem's hiccup)
+        if i == 6:
+            raise InputError(f"{self.samples[i].path}: cannot read: Input/output error")
+        return read(self, i)
+
+    monkeypatch.setattr(MepsSource, "read", flaky)
+    args = ["--checkpoint", str(ck), "--checkpoint-interval", "3600", "--threads", threads]
+    assert _compute(meps_copy, out, *args) == 2
+    err = capsys.readouterr().err
+    assert "Input/output error" in err and "rerun the same command with --resume" in err
+    assert _done_in(ck) == set(range(6))
+    monkeypatch.undo()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 0
+    assert_identical_outputs(clean, out)
+
+
+def test_the_cli_refuses_what_would_mix_two_runs(meps_copy, tmp_path, capsys):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 0
+    assert (ck / "manifest.json").exists()  # kept after success
+    capsys.readouterr()
+
+    def refused(*extra):
+        assert _compute(meps_copy, tmp_path / "other", *extra) == 2
+        return capsys.readouterr().err
+
+    assert "holds a checkpoint already; pass --resume" in refused("--checkpoint", str(ck))
+    assert "--resume needs --checkpoint" in refused("--resume")
+    err = refused("--checkpoint", str(ck), "--resume", "--skipna")
+    assert "checkpoint is of another run (option skipna: False -> True)" in err
+    err = refused("--checkpoint", str(ck), "--resume", "--step-length", "1")
+    assert "option diff_steps" in err and "'state': [3]" in err and "'state': [1]" in err
+    victim = MepsSource(meps_copy).samples[3].flux_path
+    np.save(victim, np.load(victim) * 2)
+    assert f"files modified: {victim.name}" in refused("--checkpoint", str(ck), "--resume")
+    assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
+
+
+def test_resuming_a_finished_checkpoint_writes_the_same_result(meps_copy, tmp_path):
+    first, again, ck = tmp_path / "first", tmp_path / "again", tmp_path / "ck"
+    assert _compute(meps_copy, first, "--checkpoint", str(ck), "--checkpoint-interval", "0") == 0
+    assert _done_in(ck) == set(range(10))
+    assert _compute(meps_copy, again, "--checkpoint", str(ck), "--resume") == 0
+    assert_identical_outputs(first, again)
+
+
+def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
+    from gridded_data import gridded, write_zarr
+
+    from wxstats.sources.xarray import XarraySource
+
+    ds, _ = gridded(n_time=16)
+    store = write_zarr(ds, tmp_path / "era.zarr", time_chunk=4)
+    args = ["compute", str(store), "--diff-steps", "1,3", "--quiet", "--threads", "1"]
+    args += ["--block-mb", "1e-6", "--split", "train=2021-01-01T00/2021-01-01T13"]
+    assert main([*args, "--output", str(tmp_path / "clean.nc")]) == 0
+    resumed = [
+        *args,
+        "--output",
+        str(tmp_path / "resumed.nc"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+    ]
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main(resumed) == 143
+    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    monkeypatch.undo()
+    assert main([*resumed, "--resume"]) == 0
+    assert "interrupted by SIGTERM" in capsys.readouterr().err
+    with netCDF4.Dataset(tmp_path / "clean.nc") as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
+        assert sorted(a.variables) == sorted(b.variables)
+        for name in a.variables:
+            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+
+
+def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
+    source = open_source(meps_small, ComputeOptions())
+    run = Resumable(tmp_path / "ck", interval=3600)
+    todo, carried = run.start(source, skipna=False)
+    assert todo == list(range(10)) and run.done_before == 0
+    acc = empty_accumulator(source)
+    stopped = pytest.raises(Interrupted, match="interrupted by SIGTERM")
+    with stopped as info, run.tracking(acc) as after_sample:
+        accumulate(source, todo[:2], references(source), on_sample=after_sample, into=acc)
+        os.kill(os.getpid(), signal.SIGTERM)
+        run.finish()
+    assert info.value.code == 143
+    assert _done_in(tmp_path / "ck") == {0, 1}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

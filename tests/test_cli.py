@@ -117,3 +117,29 @@ def test_unknown_level_is_a_clear_error(meps_small, tmp_path, capsys):
     )
     assert "pres_0g" in capsys.readouterr().err
     assert not (tmp_path / "o" / "parameter_mean.pt").exists()
+
+
+def test_a_full_disk_while_writing_leaves_the_previous_outputs_intact(
+    meps_copy, monkeypatch, capsys
+):
+    import errno
+
+    static = meps_copy.parent / "static"
+    assert main(["compute", str(meps_copy), "--quiet"]) == 0
+    before = {p.name: p.read_bytes() for p in static.iterdir()}
+    real_save = torch.save
+    calls = []
+
+    def filling_the_disk(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # the third .pt file: half written, then the disk is full
+            f.write(b"half a tensor")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", filling_the_disk)
+    assert main(["compute", str(meps_copy), "--quiet", "--overwrite", "--step-length", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "nothing was replaced" in err
+    assert "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in static.iterdir()} == before  # no temporary files

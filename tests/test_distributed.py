@@ -444,3 +444,190 @@ def test_nproc_is_refused_inside_a_job_of_ranks(odd, monkeypatch, capsys):
     monkeypatch.setenv("MASTER_PORT", "29999")
     assert main(["compute", str(config), "--nproc", "2"]) == 2
     assert "do not combine it with torchrun" in capsys.readouterr().err
+
+
+# -- killed and resumed (--checkpoint, --resume) -----------------------------------------------
+
+
+def _done_in(folder: Path) -> set[int]:
+    import numpy as np
+
+    done: set[int] = set()
+    for path in folder.glob("part-*.npz"):
+        with np.load(path) as part:
+            done.update(part["done"].tolist())
+    return done
+
+
+def _start_job(args: list[str]) -> subprocess.Popen:
+    """A job in its own session, so that the whole of it can be killed at once."""
+    return subprocess.Popen(
+        wxstats_cmd(*args), env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _wait_until(condition, job: subprocess.Popen, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert job.poll() is None, f"the job ended first: {job.communicate()[1]}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+class _Blocker:
+    """Once the run has recorded what the data is (its checkpoint manifest),
+    swap sample ``index`` for a FIFO, so that the rank reading it blocks there;
+    :meth:`restore` puts the very same file back (bytes and modification time)."""
+
+    def __init__(self, config: Path, index: int, keep: Path) -> None:
+        self.path = sample_path(config, index)
+        self.keep = keep
+        shutil.copy2(self.path, keep)
+        self.stat = self.path.stat()
+
+    def block(self) -> Path:
+        fifo, self.opened = _hang_on_sample_path(self.path)
+        return fifo
+
+    def restore(self) -> None:
+        self.path.unlink()
+        shutil.copy2(self.keep, self.path)
+        os.utime(self.path, ns=(self.stat.st_atime_ns, self.stat.st_mtime_ns))
+
+
+def _hang_on_sample_path(fifo: Path) -> tuple[Path, threading.Event]:
+    fifo.unlink()
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "wb"):
+            opened.set()
+            time.sleep(3600)
+
+    threading.Thread(target=writer, daemon=True).start()
+    return fifo, opened
+
+
+def _block_rank_1_at_its_last_sample(odd_copy: Path, tmp_path: Path, *extra: str):
+    """Start ``--nproc 2`` with a checkpoint saved after every sample; return
+    (job, blocker, pid of rank 1) once rank 1 is stuck on sample 10, after
+    saving samples 6 to 9 (rank 0 has 0 to 5)."""
+    ck = tmp_path / "ck"
+    blocker = _Blocker(odd_copy, 10, tmp_path / "sample10.npy")
+    args = compute_args(odd_copy, tmp_path / "killed", "--nproc", "2", "--threads", "1")
+    job = _start_job([*args, "--checkpoint", str(ck), "--checkpoint-interval", "0", *extra])
+    _wait_until((ck / "manifest.json").exists, job)
+    fifo = blocker.block()
+    _wait_until(blocker.opened.is_set, job)
+    (holder,) = _wait_for_holder(fifo)
+    return job, blocker, holder
+
+
+def _resume(config: Path, ck: Path, out: Path, *launch: str) -> None:
+    args = compute_args(config, out, "--checkpoint", str(ck), "--resume", *launch)
+    result = run(wxstats_cmd(*args))
+    assert result.returncode == 0, result.stderr
+
+
+def test_sigkill_part_way_then_resume_with_1_and_3_ranks(odd, odd_copy, tmp_path):
+    _, reference = odd
+    job, blocker, _ = _block_rank_1_at_its_last_sample(odd_copy, tmp_path)
+    try:
+        os.killpg(job.pid, signal.SIGKILL)  # the whole job at once, as a lost node
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    blocker.restore()
+    done = _done_in(tmp_path / "ck")
+    assert {6, 7, 8, 9} <= done and 10 not in done, done
+    assert not processes_mentioning(str(odd_copy))
+    for n in (1, 3):
+        ck = tmp_path / f"ck{n}"
+        shutil.copytree(tmp_path / "ck", ck)
+        out = tmp_path / f"out{n}"
+        _resume(odd_copy, ck, out, "--nproc", str(n))
+        assert world_size_of(out) == n
+        assert_identical_outputs(reference, out, same_path=False)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["run"]["resumed_samples"] == len(done)
+
+
+def test_sigkill_while_saving_then_resume_under_torchrun(odd, odd_copy, tmp_path):
+    """Ranks that save after every sample spend most of their time writing part
+    files: kill the job at once when the first appears, twice, then finish."""
+    _, reference = odd
+    ck = tmp_path / "ck"
+    for attempt, launch in enumerate([("--nproc", "2"), ("--nproc", "3")]):
+        args = compute_args(odd_copy, tmp_path / "killed", *launch, "--checkpoint", str(ck))
+        args += ["--checkpoint-interval", "0"] + (["--resume"] if attempt else [])
+        before = set(ck.glob("part-*.npz"))
+        job = _start_job(args)
+        try:
+            deadline = time.monotonic() + 120
+            while job.poll() is None and time.monotonic() < deadline:
+                if set(ck.glob("part-*.npz")) - before:
+                    break
+                time.sleep(0.001)
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+    assert len(_done_in(ck)) < 11  # killed part-way (the finished case is tested above)
+    out = tmp_path / "out"
+    cmd = _torchrun("--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "wxstats")
+    result = run(cmd + compute_args(odd_copy, out, "--checkpoint", str(ck), "--resume"))
+    assert result.returncode == 0, result.stderr
+    assert_identical_outputs(reference, out, same_path=False)
+
+
+def test_sigterm_stops_after_saving_and_a_single_process_resumes(odd, odd_copy, tmp_path):
+    _, reference = odd
+    job, blocker, _ = _block_rank_1_at_its_last_sample(odd_copy, tmp_path, "--timeout", "3")
+    try:
+        job.send_signal(signal.SIGTERM)  # to the launcher: it passes it on to the ranks
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 143, err
+    assert "rank 0: interrupted by SIGTERM" in err and "--resume to continue" in err
+    assert "interrupted by SIGTERM; all ranks stopped, no output was written" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "killed").exists() or not any((tmp_path / "killed").iterdir())
+    assert not processes_mentioning(str(odd_copy))
+    blocker.restore()
+    assert {6, 7, 8, 9} <= _done_in(tmp_path / "ck")
+    out = tmp_path / "out"
+    assert main(compute_args(odd_copy, out, "--checkpoint", str(tmp_path / "ck"), "--resume")) == 0
+    assert_identical_outputs(reference, out, same_path=False)
+
+
+def test_a_killed_rank_under_torchrun_stops_the_job(odd_copy, tmp_path):
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    cmd = _torchrun("--nproc-per-node", "3", "--master-port", str(free_port()), "-m", "wxstats")
+    job = subprocess.Popen(
+        cmd + compute_args(odd_copy, out, "--threads", "1", "--timeout", "10"),
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        (victim,) = _wait_for_holder(fifo)
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = job.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode != 0
+    assert "Signal 9 (SIGKILL)" in err, err
+    assert took < 10 + 30
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))

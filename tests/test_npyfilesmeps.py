@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from wxstats.cli import main
+from wxstats.errors import InputError
 from wxstats.sources.npyfilesmeps import MepsSource
 
 
@@ -123,6 +124,16 @@ def test_nan_and_inf_name_file_variable_count(meps_copy, capsys, bad, word):
     assert _static_untouched(meps_copy)
 
 
+def test_inf_is_an_error_even_with_skipna(meps_copy, capsys):
+    path = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[2]
+    x = np.load(path)
+    x[0, 0, 0, 6] = -np.inf
+    np.save(path, x)
+    status, err = _run(meps_copy, capsys, "--skipna")
+    assert status == 2 and path.name in err and "t_2" in err and "1 infinite" in err
+    assert _static_untouched(meps_copy)
+
+
 def test_skipna_excludes_and_counts(meps_copy, capsys, tmp_path):
     path = _first(meps_copy)
     x = np.load(path)
@@ -172,3 +183,86 @@ def test_float64_and_int16_samples_are_accepted(meps_copy):
         np.save(p, np.load(p).astype(np.complex64))
     with pytest.raises(Exception, match="complex64"):
         compute(meps_copy)
+
+
+def _rewrite_header(path, shape=None, dtype=None):
+    """Keep the data bytes, write a header that claims ``shape``/``dtype``."""
+    array = np.load(path, mmap_mode="r")
+    data = path.read_bytes()[array.offset :]
+    header = {
+        "descr": np.lib.format.dtype_to_descr(np.dtype(dtype or array.dtype)),
+        "fortran_order": False,
+        "shape": tuple(shape or array.shape),
+    }
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(data)
+
+
+@pytest.mark.parametrize("lie", ["fewer time steps", "narrower dtype"])
+def test_header_that_understates_the_data_is_an_error(meps_copy, capsys, lie):
+    from wxstats.sources.npyio import load_npy
+
+    paths = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))
+    if lie == "fewer time steps":  # on the first sample, whose header sets the shape
+        path = paths[0]
+        shape = np.load(path, mmap_mode="r").shape
+        _rewrite_header(path, shape=(shape[0] - 1, *shape[1:]))
+        expected = "differs from (num_timesteps"  # the config says 65
+    else:  # float32 data read as float16 would be twice the values, all wrong
+        path = paths[5]
+        _rewrite_header(path, dtype=np.float16)
+        expected = "does not describe the data"
+    status, err = _run(meps_copy, capsys)
+    assert status == 2 and _static_untouched(meps_copy)
+    assert str(path) in err and expected in err
+    # the reader alone, without a shape to expect, never reads part of the data
+    with pytest.raises(InputError, match="the header says .* does not describe the data"):
+        load_npy(path)
+
+
+def _state_paths(config):
+    return sorted((config.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int16])
+def test_float16_and_int16_samples_match_the_reference(meps_copy, dtype):
+    from reference import assert_close, meps_reference
+    from wxstats.api import compute
+
+    centre = np.load(_state_paths(meps_copy)[0])[0].mean(axis=(0, 1))
+    for p in _state_paths(meps_copy):
+        x = np.load(p) - centre  # anomalies fit both types
+        np.save(p, x.astype(dtype) if dtype == np.float16 else np.round(x * 10).astype(dtype))
+    assert np.load(_state_paths(meps_copy)[0]).dtype == dtype
+    stats = compute(meps_copy)
+    ref = meps_reference(meps_copy)  # numpy's own widening to float64, two-pass
+    assert_close(stats.state.mean, ref["mean"], 1e-12, "mean")
+    assert_close(stats.state.std, ref["std"], 1e-11, "std")
+    assert_close(stats.state.minimum, ref["min"], 0.0, "min")
+    assert_close(stats.state.diff[3].std, ref["diff_std"], 1e-10, "diff std")
+
+
+@pytest.mark.parametrize("power", [531, -1060])  # values ~1e160 (squares overflow), denormals
+def test_huge_and_denormal_float64_samples_end_to_end(meps_copy, power):
+    """Integer data times a power of two is exact in float64 (also as denormals):
+    the statistics must be the integer data's, times that power of two."""
+    from reference import meps_reference
+    from wxstats.api import compute
+
+    for p in _state_paths(meps_copy):
+        np.save(p, np.round(np.load(p).astype(np.float64)))
+    ref = meps_reference(meps_copy)
+    scale = 2.0**power
+    for p in _state_paths(meps_copy):
+        np.save(p, np.load(p) * scale)
+    stats = compute(meps_copy)
+    tiny = 4 * np.spacing(0.0)  # a denormal result is exact to its own spacing only
+    for name, actual, expected, rtol in [
+        ("mean", stats.state.mean, ref["mean"] * scale, 1e-12),
+        ("std", stats.state.std, ref["std"] * scale, 1e-10),
+        ("min", stats.state.minimum, ref["min"] * scale, 0.0),
+        ("diff std", stats.state.diff[3].std, ref["diff_std"] * scale, 1e-9),
+    ]:
+        assert np.isfinite(actual).all(), name
+        assert np.all(np.abs(actual - expected) <= rtol * np.abs(expected) + tiny), name

@@ -12,10 +12,11 @@ import os
 import platform
 import socket
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wxstats import __version__
 from wxstats.accumulate import RunAccumulator
@@ -25,6 +26,9 @@ from wxstats.errors import WxstatsError
 from wxstats.sources.base import Source
 from wxstats.stats import Stats, finalize
 
+if TYPE_CHECKING:
+    from wxstats.checkpoint import Resumable
+
 
 class Communicator(Protocol):
     """How a run shares work and results between ranks (see distributed.py)."""
@@ -33,6 +37,10 @@ class Communicator(Protocol):
     world_size: int
 
     def allreduce(self, acc: RunAccumulator) -> RunAccumulator: ...
+
+    def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
+        """Rank 0's ``payload``, on every rank (``--checkpoint``: the finished samples)."""
+        ...
 
 
 @dataclass
@@ -57,6 +65,20 @@ class ComputeOptions:
     output: Path | None = None
     write_into: bool = False
     block_mb: float | None = None
+    # --checkpoint DIR, --checkpoint-interval SECONDS, --resume (checkpoint.py)
+    checkpoint: Path | None = None
+    checkpoint_interval: float = 60.0
+    resume: bool = False
+
+    def resumable(self) -> Resumable | None:
+        """The checkpoint use these options ask for (``None``: no checkpoint)."""
+        from wxstats.checkpoint import Resumable
+
+        if self.checkpoint is None:
+            if self.resume:
+                raise WxstatsError("--resume needs --checkpoint DIR (the folder to resume from)")
+            return None
+        return Resumable(self.checkpoint, resume=self.resume, interval=self.checkpoint_interval)
 
 
 def open_source(path: str | Path, options: ComputeOptions) -> Source:
@@ -149,24 +171,39 @@ def compute_source(
     threads: int = 1,
     comm: Communicator | None = None,
     on_sample=None,
+    checkpoint: Resumable | None = None,
 ) -> Stats:
     """Statistics of ``source``; with ``comm``, this rank's share plus the exact
-    all-reduce. Byte-identical results for any split of the work."""
+    all-reduce. Byte-identical results for any split of the work.
+
+    With ``checkpoint``, only the samples no earlier run finished are shared
+    out, progress is saved as it goes, and rank 0 adds the earlier runs' exact
+    sums before the all-reduce: the same bytes as one uninterrupted run."""
     started = time.time()
     rank, world = (comm.rank, comm.world_size) if comm else (0, 1)
     refs = references(source)
-    mine = partition(len(source), rank, world)
-    acc = accumulate(
-        source,
-        mine,
-        refs,
-        skipna=skipna,
-        threads=threads,
-        on_sample=on_sample,
-        into=empty_accumulator(source),
-    )
-    if comm is not None:
-        acc = comm.allreduce(acc)
+    todo, carried = range(len(source)), None
+    if checkpoint is not None:
+        todo, carried = checkpoint.start(source, skipna=skipna, comm=comm)
+    mine = [todo[i] for i in partition(len(todo), rank, world)]
+    acc = empty_accumulator(source)
+    tracking = checkpoint.tracking(acc, on_sample) if checkpoint else nullcontext(on_sample)
+    with tracking as after_sample:
+        accumulate(
+            source,
+            mine,
+            refs,
+            skipna=skipna,
+            threads=threads,
+            on_sample=after_sample,
+            into=acc,
+        )
+        if checkpoint is not None:
+            checkpoint.finish()
+        if carried is not None:
+            acc.merge(carried)
+        if comm is not None:
+            acc = comm.allreduce(acc)
     stats = finalize(acc, source.streams, refs, source.kind)
     stats.attrs = dict(source.attrs)
     stats.attrs["skipna"] = int(skipna)
@@ -182,6 +219,8 @@ def compute_source(
         "samples": len(source),
         "bytes": int(sum(source.nbytes(i) for i in range(len(source)))),
     }
+    if checkpoint is not None:
+        stats.run["resumed_samples"] = checkpoint.done_before
     return stats
 
 

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from wxstats import __version__
-from wxstats.errors import WxstatsError
+from wxstats.errors import Interrupted, WxstatsError
 
 COMPUTE_EPILOG = """\
 examples:
@@ -23,6 +23,7 @@ examples:
   wxstats compute era5.nc --split train=2019-03-01T00:00/2019-03-20T23:00 --diff-steps 1,3,6
   wxstats compute 'era5_*.nc' --variables t2m,z --feature-dims level --summary stats.json
   wxstats compute danra.zarr --write-into      # mllam-data-prep store: replace its statistics
+  wxstats compute data/meps.datastore.yaml --checkpoint ck/   # killed? add --resume
 
 outputs (neural-lam MEPS datastore): <datastore dir>/static/parameter_mean.pt,
 parameter_std.pt, diff_mean.pt, diff_std.pt, flux_stats.pt, parameter_weights.npy
@@ -316,7 +317,43 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="memory per block of time steps (default 32; at least one storage chunk)",
     )
+    add_checkpoint_arguments(p)
     add_parallel_arguments(p)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+        if not value >= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}") from None
+    return value
+
+
+def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of resumable runs (see checkpoint.py and README "Resuming after a crash")."""
+    g = p.add_argument_group("resuming after a crash")
+    g.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="save progress in DIR (every rank; a shared folder for several nodes), so that "
+        "a killed run can be resumed; kept after success",
+    )
+    g.add_argument(
+        "--checkpoint-interval",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="most seconds between saves of each rank's progress (default 60)",
+    )
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run saved in --checkpoint DIR (any number of ranks, any launcher); "
+        "refused if the data or the options changed",
+    )
 
 
 def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
@@ -381,6 +418,9 @@ def options_from_args(args: argparse.Namespace):
         summary=args.summary,
         overwrite=args.overwrite,
         level_weights=args.level_weights,
+        checkpoint=args.checkpoint,
+        checkpoint_interval=args.checkpoint_interval,
+        resume=args.resume,
     )
 
 
@@ -396,11 +436,13 @@ def progress_for(args: argparse.Namespace, source):
 def run_compute(args: argparse.Namespace) -> int:
     from wxstats import preload
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
+    from wxstats.checkpoint import resume_hint
     from wxstats.report import format_table
 
     if getattr(args, "nproc", None) or _launched_as_rank():
         return _run_parallel(args)
     options = options_from_args(args)
+    checkpoint = options.resumable()
     source = open_source(args.dataset, options)
     check_outputs(source, options)
     # import the writers' libraries while the (GIL-free) kernel reads the data
@@ -411,9 +453,20 @@ def run_compute(args: argparse.Namespace) -> int:
             progress.update(index)
             after_first(index)
 
-        stats = compute_source(
-            source, skipna=options.skipna, threads=options.threads, on_sample=on_sample
-        )
+        try:
+            stats = compute_source(
+                source,
+                skipna=options.skipna,
+                threads=options.threads,
+                on_sample=on_sample,
+                checkpoint=checkpoint,
+            )
+        except WxstatsError as exc:
+            if checkpoint is not None and checkpoint.started and not isinstance(exc, Interrupted):
+                print(f"wxstats: error: {exc}", file=sys.stderr)
+                print(f"wxstats: {resume_hint(checkpoint.directory)}", file=sys.stderr)
+                return 2
+            raise
     written = write_outputs(source, stats, options)
     for note in stats.warnings:
         print(f"wxstats: warning: {note}", file=sys.stderr)
@@ -517,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
                 return run_compare(args)
             if args.command == "inspect":
                 return run_inspect(args)
+    except Interrupted as exc:
+        print(f"wxstats: {exc}", file=sys.stderr)
+        return exc.code
     except WxstatsError as exc:
         print(f"wxstats: error: {exc}", file=sys.stderr)
         return 2

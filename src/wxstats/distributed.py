@@ -32,6 +32,7 @@ cannot stop within ``--timeout`` seconds of a failure is ended by its monitor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -455,6 +456,20 @@ class Job:
         acc.unpack_like(t_ints.cpu().numpy(), t_min.cpu().numpy(), t_max.cpu().numpy())
         return acc
 
+    def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
+        """Rank 0's ``payload`` on every rank, through the job's store."""
+        if self.rank == 0:
+            self.store.set(key, payload)
+            return payload
+        while True:
+            self.raise_if_failed()
+            try:
+                if self.store.check([key]):
+                    return bytes(self.store.get(key))
+            except Exception as exc:  # noqa: BLE001
+                self._lost(exc)
+            time.sleep(0.05)
+
     def succeed(self) -> None:
         """Rank 0: outputs are written; the others may exit with success."""
         self.store.set("result", "0")
@@ -546,11 +561,18 @@ class Job:
 def run_rank(args: Any, launch: Launch) -> int:
     """``wxstats compute`` as one rank of a job: returns the exit status."""
     from wxstats.api import check_outputs, compute_source, open_source, write_outputs
+    from wxstats.checkpoint import resume_hint
     from wxstats.cli import options_from_args
+    from wxstats.errors import Interrupted
     from wxstats.report import format_table
 
     quiet = bool(getattr(args, "quiet", False))
     options = options_from_args(args)
+    try:
+        checkpoint = options.resumable()
+    except WxstatsError as exc:
+        print(f"wxstats: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if getattr(args, "threads", None) is None:
         options.threads = launch.default_threads()
     who = f"rank {launch.rank}"
@@ -570,6 +592,7 @@ def run_rank(args: Any, launch: Launch) -> int:
     if launch.rank != 0:
         warnings.simplefilter("ignore")  # rank 0 reports what concerns the whole job
     code = 1
+    hinted = False
     try:
         source = open_source(args.dataset, options)
         if launch.rank == 0:
@@ -586,6 +609,7 @@ def run_rank(args: Any, launch: Launch) -> int:
             threads=options.threads,
             comm=job,
             on_sample=lambda i: job.on_sample(source.nbytes(i)),
+            checkpoint=checkpoint,
         )
         if launch.rank == 0:
             written = write_outputs(source, stats, options)
@@ -607,6 +631,11 @@ def run_rank(args: Any, launch: Launch) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+    except Interrupted as exc:
+        code = exc.code
+        hinted = True
+        job.fail(str(exc), code)
+        print(f"wxstats: {who}: {exc}", file=sys.stderr, flush=True)
     except WxstatsError as exc:
         code = 2
         job.fail(str(exc), code)
@@ -622,6 +651,8 @@ def run_rank(args: Any, launch: Launch) -> int:
         print(f"wxstats: error: {who}: unexpected {type(exc).__name__}", file=sys.stderr)
     finally:
         job.close(code)
+    if code and checkpoint is not None and checkpoint.started and launch.rank == 0 and not hinted:
+        print(f"wxstats: {resume_hint(checkpoint.directory)}", file=sys.stderr, flush=True)
     return code
 
 
@@ -675,6 +706,10 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
     If a rank fails, the others stop by themselves through the job's store;
     any still running ``timeout`` seconds later (or at once, if a rank was
     killed by a signal) are terminated. Nothing is left running.
+
+    SIGINT (Ctrl-C reaches every rank through the terminal) and SIGTERM
+    (passed on to every rank) give the ranks :data:`STOP_GRACE_S` seconds to
+    save their progress (``--checkpoint``) and stop, before they are ended.
     """
     port = free_port()
     children: list[subprocess.Popen] = []
@@ -701,6 +736,8 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
         )
     first_failure: tuple[int, int] | None = None
     deadline = None
+    grace = 0.0
+    previous = _raise_on_sigterm()
     try:
         while True:
             codes = [c.poll() for c in children]
@@ -716,8 +753,17 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
             time.sleep(0.05)
     except KeyboardInterrupt:
         first_failure = first_failure or (-1, 130)
+        grace = STOP_GRACE_S
+    except _Terminated:
+        first_failure = first_failure or (-1, 143)
+        grace = STOP_GRACE_S
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM)
     finally:
-        _stop_all(children)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        _stop_all(children, grace)
     codes = [c.returncode for c in children]
     if first_failure is None:
         bad = [(r, c) for r, c in enumerate(codes) if c != 0]
@@ -726,8 +772,12 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
         return 0
     rank, c = first_failure
     if rank < 0:
-        print("wxstats: interrupted; all ranks stopped, no output was written", file=sys.stderr)
-        return 130
+        name = "SIGTERM" if c == 143 else "SIGINT"
+        print(
+            f"wxstats: interrupted by {name}; all ranks stopped, no output was written",
+            file=sys.stderr,
+        )
+        return c
     if c < 0:
         print(
             f"wxstats: error: rank {rank} of {nproc} {_describe_exit(c)}; the other ranks "
@@ -738,7 +788,30 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
     return max(c for c in codes if c and c > 0) if any(c and c > 0 for c in codes) else 1
 
 
-def _stop_all(children: list[subprocess.Popen]) -> None:
+STOP_GRACE_S = 10.0
+"""Seconds ranks get to save and stop after SIGINT/SIGTERM reached ``--nproc``."""
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the ``--nproc`` launcher."""
+
+
+def _raise_on_sigterm() -> Any:
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _stop_all(children: list[subprocess.Popen], grace: float = 0.0) -> None:
+    """Wait ``grace`` seconds for the ranks to stop, then terminate, then kill them."""
+    end = time.monotonic() + grace
+    for c in children:
+        if grace > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.wait(timeout=max(0.0, end - time.monotonic()))
     for c in children:
         if c.poll() is None:
             c.terminate()

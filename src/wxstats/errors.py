@@ -13,3 +13,14 @@ class WxstatsError(Exception):
 
 class InputError(WxstatsError):
     """The data or the configuration is unusable as it is."""
+
+
+class Interrupted(WxstatsError):
+    """SIGINT or SIGTERM stopped the run after it saved its progress.
+
+    ``code`` is the exit status the shell convention gives the signal
+    (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code

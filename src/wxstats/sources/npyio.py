@@ -1,8 +1,9 @@
 """Safe memory-mapped loading of ``.npy`` files with clear errors.
 
 ``numpy.load`` reports a truncated file, a wrong magic string or a header that
-lies about the shape with messages that name neither the file nor the fix.
-Here the header is read and checked against the file size first, so every
+lies about the shape (or silently read only part of the data when the header
+understates it) with messages that name neither the file nor the fix. Here the
+header is read and checked against the exact file size first, so every
 problem becomes one :class:`~wxstats.errors.InputError` naming the file.
 """
 
@@ -65,6 +66,12 @@ def load_npy(path: Path, expected_shape: tuple[int, ...] | None = None) -> np.nd
         raise InputError(
             f"{path}: truncated: the header promises shape {shape} ({needed} bytes) "
             f"but the file has {actual} bytes"
+        )
+    if actual > needed:
+        # np.save writes nothing after the data: the header understates it
+        raise InputError(
+            f"{path}: the header says {dtype} values of shape {shape} ({needed} bytes) but the "
+            f"file has {actual} bytes: the header does not describe the data; rewrite the file"
         )
     if int(np.prod(shape)) == 0:
         raise InputError(f"{path}: holds no values (shape {shape})")

@@ -522,6 +522,10 @@ class XarraySource:
                     for n, v in ds.data_vars.items()
                     if time_dim in v.dims and np.dtype(v.dtype).kind in "iuf"
                 ]
+                if _is_zarr(str(self.path)):
+                    # a zarr 3 store without consolidated metadata lists its arrays
+                    # in no fixed order: alphabetical, so that every run agrees
+                    names.sort()
             if not names:
                 raise InputError(
                     f"{self.path}: no numeric variable has the dimension {time_dim!r}; "
@@ -834,7 +838,8 @@ class XarraySource:
             "files": files,
             "times": [_fmt_time(self.times[0]), _fmt_time(self.times[-1]), self.n_times],
             "splits": [[s.name, s.start, s.stop] for s in self.splits],
-            "variables": [[v.name, list(v.features)] for v in self.vars],
+            # sorted: an unconsolidated zarr 3 store lists its arrays in no fixed order
+            "variables": sorted([v.name, list(v.features)] for v in self.vars),
             "diff_steps": list(self.diff_steps),
         }
 
