@@ -143,3 +143,15 @@ def test_a_full_disk_while_writing_leaves_the_previous_outputs_intact(
     assert "No space left on device" in err and "nothing was replaced" in err
     assert "Traceback" not in err
     assert {p.name: p.read_bytes() for p in static.iterdir()} == before  # no temporary files
+
+
+def test_output_into_a_closed_pipe_ends_quietly(meps_small, tmp_path):
+    """`wxstats compare A B | head`: no BrokenPipeError traceback when the reader has gone."""
+    out = tmp_path / "o"
+    assert main(["compute", str(meps_small), "--quiet", "--output-dir", str(out)]) == 0
+    stats = str(out / "wxstats_stats.nc")
+    result = subprocess.run(
+        f"{sys.executable} -m wxstats compare {stats} {stats} --rtol 0 | true",
+        shell=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr

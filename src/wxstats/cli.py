@@ -579,4 +579,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("wxstats: interrupted; no output was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (`wxstats compare A B | head`): stop quietly,
+        # pointing stdout at /dev/null so the interpreter's final flush cannot fail again
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 1
