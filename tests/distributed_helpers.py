@@ -35,6 +35,28 @@ def make_odd_dataset(root: Path, analysis_times: int = 6) -> Path:
     return config
 
 
+def odd_dataset_with_single_run(root: Path) -> tuple[Path, Path]:
+    """(config, output dir of a single-process run) of :func:`make_odd_dataset`,
+    the single-process result checked against the independent float64 reference
+    so that parallel runs compared with it byte for byte are right, not just equal."""
+    import warnings
+
+    from reference import assert_close, meps_reference
+    from wxstats.cli import main
+
+    config = make_odd_dataset(root / "data")
+    reference = root / "single"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing member
+        assert main(compute_args(config, reference)) == 0
+    ref = meps_reference(config)
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["run"]["samples"] == 11
+    assert_close(summary["state"]["mean"], ref["mean"], 1e-12, "mean")
+    assert_close(summary["state"]["std"], ref["std"], 1e-10, "std")
+    return config, reference
+
+
 def sample_path(config: Path, index: int) -> Path:
     """The state file of sample ``index`` in the order wxstats splits the work."""
     from wxstats.sources.npyfilesmeps import MepsSource

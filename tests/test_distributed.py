@@ -25,6 +25,7 @@ from distributed_helpers import (
     compute_args,
     env,
     make_odd_dataset,
+    odd_dataset_with_single_run,
     processes_mentioning,
     run,
     sample_path,
@@ -32,7 +33,6 @@ from distributed_helpers import (
     wxstats_cmd,
 )
 
-from reference import assert_close, meps_reference
 from wxstats.cli import main
 from wxstats.distributed import (
     Launch,
@@ -152,19 +152,7 @@ def test_backend_and_device_choice_on_cpu(monkeypatch):
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory):
     """(config, reference output dir): 11 samples and a single-process run."""
-    root = tmp_path_factory.mktemp("odd")
-    config = make_odd_dataset(root / "data")
-    reference = root / "single"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the missing member
-        assert main(compute_args(config, reference)) == 0
-    # the single-process result itself against the independent float64 reference
-    ref = meps_reference(config)
-    summary = json.loads((reference / "summary.json").read_text())
-    assert summary["run"]["samples"] == 11
-    assert_close(summary["state"]["mean"], ref["mean"], 1e-12, "mean")
-    assert_close(summary["state"]["std"], ref["std"], 1e-10, "std")
-    return config, reference
+    return odd_dataset_with_single_run(tmp_path_factory.mktemp("odd"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])

@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,11 @@ from distributed_helpers import (
     assert_identical_outputs,
     compute_args,
     env,
-    make_odd_dataset,
+    odd_dataset_with_single_run,
     world_size_of,
 )
 
 from reference import assert_close, meps_reference
-from wxstats.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
@@ -57,13 +55,7 @@ def slurm(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def odd(tmp_path_factory):
-    root = tmp_path_factory.mktemp("slurm_odd")
-    config = make_odd_dataset(root / "data")
-    reference = root / "single"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the missing member
-        assert main(compute_args(config, reference)) == 0
-    return config, reference
+    return odd_dataset_with_single_run(tmp_path_factory.mktemp("slurm_odd"))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
