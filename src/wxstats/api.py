@@ -23,7 +23,7 @@ from wxstats.accumulate import RunAccumulator
 from wxstats.atomic import Writer, check_writable, write_all
 from wxstats.engine import accumulate, empty_accumulator, references
 from wxstats.errors import WxstatsError
-from wxstats.sources.base import Source
+from wxstats.sources.base import Source, sample_sizes
 from wxstats.stats import Stats, finalize
 
 if TYPE_CHECKING:
@@ -217,7 +217,7 @@ def compute_source(
         "world_size": world,
         "threads_per_rank": threads,
         "samples": len(source),
-        "bytes": int(sum(source.nbytes(i) for i in range(len(source)))),
+        "bytes": sum(sample_sizes(source)),
     }
     if checkpoint is not None:
         stats.run["resumed_samples"] = checkpoint.done_before

@@ -41,6 +41,7 @@ from wxstats import __version__
 from wxstats.accumulate import RunAccumulator
 from wxstats.atomic import write_all
 from wxstats.errors import Interrupted, WxstatsError
+from wxstats.sources.base import sample_sizes
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -170,7 +171,7 @@ def fingerprint(source: Any, skipna: bool) -> dict[str, Any]:
     option that changes the sums or which samples there are (features, steps,
     splits, block sizes through the list of sample sizes, NaN handling, the
     version of the code that computed the per-sample sums)."""
-    sizes = np.array([source.nbytes(i) for i in range(len(source))], dtype=np.int64)
+    sizes = np.array(sample_sizes(source), dtype=np.int64)
     return {
         "identity": source.identity(),
         "options": {

@@ -429,8 +429,10 @@ def progress_for(args: argparse.Namespace, source):
     from wxstats.progress import ProgressReporter
 
     mode = "json" if args.log_format == "json" else ("none" if args.quiet else "bar")
-    total = int(sum(source.nbytes(i) for i in range(len(source))))
-    return ProgressReporter(len(source), source.nbytes, total, mode, args.log_interval)
+    from wxstats.sources.base import sample_sizes
+
+    sizes = sample_sizes(source)
+    return ProgressReporter(len(source), sizes.__getitem__, sum(sizes), mode, args.log_interval)
 
 
 def run_compute(args: argparse.Namespace) -> int:

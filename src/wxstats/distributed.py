@@ -53,6 +53,7 @@ import numpy as np
 
 from wxstats.accumulate import RunAccumulator
 from wxstats.errors import WxstatsError
+from wxstats.sources.base import sample_sizes
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds to wait for all ranks to join, for a silent rank before it is
@@ -598,7 +599,7 @@ def run_rank(args: Any, launch: Launch) -> int:
         if launch.rank == 0:
             check_outputs(source, options)
         n = len(source)
-        sizes = [source.nbytes(i) for i in range(n)]
+        sizes = sample_sizes(source)
         # what every rank must agree on (not mtimes: data staged per node is fine)
         layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
         job.set_totals(n, int(sum(sizes)), layout)
@@ -608,7 +609,7 @@ def run_rank(args: Any, launch: Launch) -> int:
             skipna=options.skipna,
             threads=options.threads,
             comm=job,
-            on_sample=lambda i: job.on_sample(source.nbytes(i)),
+            on_sample=lambda i: job.on_sample(sizes[i]),
             checkpoint=checkpoint,
         )
         if launch.rank == 0:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from wxstats.errors import InputError
+from wxstats.sources.base import sample_sizes
 
 
 @dataclass
@@ -90,7 +91,7 @@ def inspect_dataset(path: str | Path, options, run_measure: bool = True) -> Plan
         split=options.split,
         samples=len(source),
         streams=[(s.name, list(s.features)) for s in source.streams],
-        total_bytes=int(sum(source.nbytes(i) for i in range(len(source)))),
+        total_bytes=sum(sample_sizes(source)),
         first_sample=source.describe(0),
         threads=options.threads,
     )

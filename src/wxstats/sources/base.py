@@ -7,6 +7,8 @@ stream), and describe a sample for error messages.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,3 +77,22 @@ class Source(Protocol):
     def identity(self) -> dict[str, Any]:
         """What the data is (files, sizes, times): to refuse a stale resume."""
         ...
+
+
+_SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def sample_sizes(source: Source) -> list[int]:
+    """``source.nbytes(i)`` of every sample, asked once per source.
+
+    A MEPS source answers by stat-ing two files per sample; progress, the run
+    record, the checkpoint fingerprint and the ranks' layout check all need
+    the sizes, so they share this one list instead of stat-ing again.
+    """
+    try:
+        return _SIZES[source]
+    except (KeyError, TypeError):
+        sizes = [int(source.nbytes(i)) for i in range(len(source))]
+    with contextlib.suppress(TypeError):  # a source that cannot be weakly referenced
+        _SIZES[source] = sizes
+    return sizes
