@@ -14,7 +14,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 def meps_small(tmp_path_factory) -> Path:
     """A small MEPS-layout dataset: 5 analysis times x 2 members = 10 samples
     (and the val split), a 12 x 14 grid, 65 steps. Read-only for tests."""
-    from wxstats.example import ExampleSpec, write_example
+    from wxstats.tools.example import ExampleSpec, write_example
 
     root = tmp_path_factory.mktemp("meps_small")
     return write_example(root, ExampleSpec(analysis_times=5, grid=(12, 14)))

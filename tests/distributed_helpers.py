@@ -27,7 +27,7 @@ OUTPUT_FILES = (
 def make_odd_dataset(root: Path, analysis_times: int = 6) -> Path:
     """``2 * analysis_times - 1`` samples (11 by default) on a 4 x 5 grid: the
     last analysis time lacks member 1."""
-    from wxstats.example import ExampleSpec, write_example
+    from wxstats.tools.example import ExampleSpec, write_example
 
     config = write_example(root, ExampleSpec(analysis_times=analysis_times, grid=(4, 5)))
     last = sorted((root / "samples" / "train").glob("nwp_20*_mbr001.npy"))[-1]
@@ -59,7 +59,7 @@ def odd_dataset_with_single_run(root: Path) -> tuple[Path, Path]:
 
 def sample_path(config: Path, index: int) -> Path:
     """The state file of sample ``index`` in the order wxstats splits the work."""
-    from wxstats.sources.npyfilesmeps import MepsSource
+    from wxstats.sources.meps import MepsSource
 
     return MepsSource(config).samples[index].path
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wxstats.stats import DiffStats, Stats, StreamStats
-from wxstats.writers.netcdf import netcdf_writer
+from wxstats.core.stats import DiffStats, Stats, StreamStats, flat_layout
+from wxstats.io.formats.netcdf import netcdf_writer
 
 SUSPICIOUS = {
     "const_3": "constant",
@@ -50,23 +50,35 @@ def synthetic_stats(n_vars: int = 100, seed: int = 0) -> Stats:
         k: DiffStats(count=count - k, mean=0.01 * r * std, std=r * std) for k, r in ratios.items()
     }
     state = StreamStats(
-        "state", names, units, count, mean, std, lo, hi, nan_count, diff, list(names)
+        name="state",
+        features=names,
+        units=units,
+        mean=mean,
+        std=std,
+        count=count,
+        minimum=lo,
+        maximum=hi,
+        nan_count=nan_count,
+        diff=diff,
+        long_names=list(names),
+        layout=flat_layout("state", "train", names, units, list(names)),
     )
     flux = StreamStats(
-        "toa_flux",
-        ["toa_flux"],
-        ["W/m**2"],
-        np.array([500_000]),
-        np.array([250.0]),
-        np.array([280.0]),
-        np.array([0.0]),
-        np.array([1300.0]),
-        np.array([0]),
+        name="toa_flux",
+        features=["toa_flux"],
+        units=["W/m**2"],
+        mean=np.array([250.0]),
+        std=np.array([280.0]),
+        count=np.array([500_000]),
+        minimum=np.array([0.0]),
+        maximum=np.array([1300.0]),
+        nan_count=np.array([0]),
+        layout=flat_layout("forcing", "train", ["toa_flux"], ["W/m**2"], ["toa_flux"]),
     )
     return Stats("synthetic", {"state": state, "toa_flux": flux})
 
 
 def write_synthetic(path: Path, n_vars: int = 100, seed: int = 0) -> Stats:
     stats = synthetic_stats(n_vars, seed)
-    netcdf_writer(stats, "train")(path)
+    netcdf_writer(stats)(path)
     return stats

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from distributed_helpers import assert_identical_outputs
 
-from wxstats.api import ComputeOptions, compute_source, open_source, partition
-from wxstats.checkpoint import Checkpoint, Resumable
 from wxstats.cli import main
-from wxstats.engine import accumulate, empty_accumulator, references
-from wxstats.errors import InputError, Interrupted, WxstatsError
-from wxstats.sources.npyfilesmeps import MepsSource
-from wxstats.stats import finalize
+from wxstats.core.errors import InputError, Interrupted, WxstatsError
+from wxstats.runtime.checkpoint import Checkpoint, Resumable
+from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import open_source
+from wxstats.runtime.run import compute_source, partition
+from wxstats.sources.meps import MepsSource
 
 
 def _fingerprint(source, **options):
@@ -35,7 +36,7 @@ def _stats_bytes(stats):
 def test_resume_with_another_world_size_is_byte_identical(
     meps_small, tmp_path, first_world, second_world
 ):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     refs = references(source)
     clean = compute_source(source)
     # first run: each rank finished part of its range, then was killed
@@ -57,12 +58,12 @@ def test_resume_with_another_world_size_is_byte_identical(
                 source, [remaining[i] for i in partition(len(remaining), rank, second_world)], refs
             )
         )
-    resumed = finalize(total, source.streams, refs, source.kind)
+    resumed = total.extract(source.streams, refs, source.kind)
     assert _stats_bytes(resumed) == _stats_bytes(clean)
 
 
 def test_part_files_are_replaced_atomically(meps_small, tmp_path):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     refs = references(source)
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=False)
@@ -76,27 +77,27 @@ def test_part_files_are_replaced_atomically(meps_small, tmp_path):
 
 
 def test_existing_checkpoint_needs_resume(meps_small, tmp_path):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     Checkpoint(tmp_path / "ck", _fingerprint(source)).prepare(resume=False)
     with pytest.raises(WxstatsError, match="--resume"):
         Checkpoint(tmp_path / "ck", _fingerprint(source)).prepare(resume=False)
 
 
 def test_changed_options_or_data_are_refused(meps_copy, tmp_path):
-    source = open_source(meps_copy, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_copy))
     Checkpoint(tmp_path / "ck", _fingerprint(source, skipna=False)).prepare(resume=False)
     with pytest.raises(WxstatsError, match="option skipna: False -> True"):
         Checkpoint(tmp_path / "ck", _fingerprint(source, skipna=True)).prepare(resume=True)
     victim = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[2]
     x = np.load(victim)
     np.save(victim, x + 1)
-    changed = open_source(meps_copy, ComputeOptions())
+    changed = open_source(ComputeOptions(dataset=meps_copy))
     with pytest.raises(WxstatsError, match=f"files modified: {victim.name}"):
         Checkpoint(tmp_path / "ck", _fingerprint(changed, skipna=False)).prepare(resume=True)
 
 
 def test_overlapping_parts_are_refused(meps_small, tmp_path):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     refs = references(source)
     for _ in range(2):
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
@@ -107,7 +108,7 @@ def test_overlapping_parts_are_refused(meps_small, tmp_path):
 
 
 def test_manifest_records_identity(meps_small, tmp_path):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     Checkpoint(tmp_path / "ck", _fingerprint(source)).prepare(resume=False)
     manifest = json.loads((tmp_path / "ck" / "manifest.json").read_text())
     assert len(manifest["identity"]["files"]) == 20 and manifest["options"]["split"] == "train"
@@ -259,7 +260,7 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
 
 
 def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     run = Resumable(tmp_path / "ck", interval=3600)
     todo, carried = run.start(source, skipna=False)
     assert todo == list(range(10)) and run.done_before == 0

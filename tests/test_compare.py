@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
 from wxstats.cli import main
-from wxstats.compare import compare, relative_difference
-from wxstats.readers import read_stats
+from wxstats.io.read import read_stats
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import open_source, write_outputs
+from wxstats.runtime.run import compute_source
+from wxstats.tools.compare import compare, relative_difference
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +22,7 @@ def datastore(meps_small, tmp_path_factory):
     """A datastore folder (YAML + static/ with our .pt and .nc files, + JSON)."""
     root = tmp_path_factory.mktemp("compare")
     shutil.copy(meps_small, root / meps_small.name)
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     stats = compute_source(source)
     write_outputs(
         source, stats, ComputeOptions(output_dir=root / "static", summary=root / "s.json")
@@ -128,8 +130,8 @@ def test_values_compared_are_the_files_values(datastore):
     a, b = read_stats(datastore / "s.json"), read_stats(datastore / "static")
     result = compare(a, b)
     entry = next(e for e in result.entries if e.variable == "z_500" and e.quantity == "std")
-    assert entry.a == a.state.values["std"][16]
-    assert entry.b == np.float32(b.state.values["std"][16])
+    assert entry.a == a.state.std[16]
+    assert entry.b == np.float32(b.state.std[16])
 
 
 def test_compare_help_has_examples(capsys):

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from wxstats.exact import (
+from wxstats.core.exact import (
     exact_sum,
     fixed_to_fraction,
     float_to_fixed,

@@ -3,7 +3,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wxstats.kernels import Block, block_partials, block_partials_numpy
+from wxstats.core.kernels import (
+    GRID_CHUNK,
+    Block,
+    block_sums,
+    block_sums_numpy,
+    lanes_per_channel,
+)
 
 
 def _block(rng, dtype=np.float32, t=9, g=1100, c=5):
@@ -18,8 +24,8 @@ def test_compiled_kernel_matches_numpy_definitions(dtype):
     shift, scale = np.full(4, 100.0), np.full(4, 4.0)
     dshift = {1: np.zeros(4), 3: np.full(4, 0.5)}
     dscale = {1: np.ones(4), 3: np.full(4, 2.0)}
-    fast = block_partials(block, shift, scale, dshift, dscale)
-    slow = block_partials_numpy(block, shift, scale, dshift, dscale)
+    fast = block_sums(block, shift, scale, dshift, dscale)
+    slow = block_sums_numpy(block, shift, scale, dshift, dscale)
     a = block.array[:, :, block.channels].astype(np.float64)
     assert list(fast.count) == [7 * 1100] * 4
     np.testing.assert_allclose(fast.sum1, slow.sum1, rtol=1e-9, atol=1e-9)
@@ -40,7 +46,7 @@ def test_kernel_counts_and_skips_nan_and_inf():
     block.array[2, 5, 0] = np.nan
     block.array[3, 7, 0] = np.nan
     block.array[4, 9, 2] = np.inf
-    out = block_partials(
+    out = block_sums(
         block,
         np.zeros(4),
         np.ones(4),
@@ -55,20 +61,43 @@ def test_kernel_counts_and_skips_nan_and_inf():
     assert np.isfinite(out.sum1).all() and np.isfinite(out.diff_sum2[1]).all()
 
 
-def test_kernel_is_deterministic():
-    rng = np.random.default_rng(2)
-    block = _block(rng)
-    args = (
-        np.full(4, 99.0),
-        np.full(4, 2.0),
-        {1: np.zeros(4), 3: np.zeros(4)},
-        {1: np.ones(4), 3: np.ones(4)},
-    )
-    a, b = block_partials(block, *args), block_partials(block, *args)
-    assert (
-        a.sum1.tobytes() == b.sum1.tobytes()
-        and a.diff_sum2[3].tobytes() == b.diff_sum2[3].tobytes()
-    )
+def _documented_order(a, channels, t0, t1, shift, scale):
+    """The per-step sums of the values, added in the order the kernels module
+    documents, written independently in numpy: per chunk of GRID_CHUNK grid
+    points, lanes of m * C values each summed sequentially, lanes folded into
+    channels in lane order, chunk sums added in chunk order."""
+    n_t, n_g, n_c = a.shape
+    m = lanes_per_channel(n_c)
+    lanes = m * n_c
+    sh = np.zeros(n_c)
+    iv = np.ones(n_c)
+    sh[channels], iv[channels] = shift, 1.0 / scale
+    out = np.zeros((n_t, n_c))
+    for t in range(t0, t1):
+        for gs in range(0, n_g, GRID_CHUNK):
+            chunk = a[t, gs : gs + GRID_CHUNK].astype(np.float64).reshape(-1)
+            y = (chunk - np.tile(sh, chunk.size // n_c)) * np.tile(iv, chunk.size // n_c)
+            lane_sums = np.zeros(lanes)
+            for j in range(lanes):
+                if y[j::lanes].size:
+                    lane_sums[j] = np.cumsum(y[j::lanes])[-1]  # sequential, first to last
+            for c in range(n_c):
+                folded = np.cumsum(lane_sums[c::n_c])[-1]  # lanes in lane order
+                out[t, c] = out[t, c] + folded
+    return out[:, channels]
+
+
+@pytest.mark.parametrize("n_c,n_g", [(3, 1400), (18, 600), (1, 700)])
+def test_kernel_adds_in_the_documented_order_bit_for_bit(n_c, n_g):
+    # the kernel must not reassociate (no fastmath, no tree reduction): then its
+    # bits depend on the data alone, never on the CPU's vector width
+    rng = np.random.default_rng(n_c)
+    a = rng.normal(100.0, 3.0, size=(5, n_g, n_c)).astype(np.float32)
+    channels = np.arange(n_c)
+    shift, scale = np.full(n_c, 99.0), np.full(n_c, 4.0)
+    fast = block_sums(Block(a, channels, (1, 5)), shift, scale, {}, {})
+    expected = _documented_order(a, channels, 1, 5, shift, scale)
+    assert fast.step_sum1.tobytes() == expected.tobytes()
 
 
 def _args(n_f, lags=(1, 3)):
@@ -95,7 +124,7 @@ def test_kernel_matches_numpy_across_chunks_lanes_and_leftovers(n_c, n_g):
     channels = np.arange(n_c)[::2] if n_c > 2 else np.arange(n_c)
     block = Block(a, channels, (0, 7), {1: (0, 7), 3: (2, 6)})
     args = _args(len(channels))
-    fast, slow = block_partials(block, *args), block_partials_numpy(block, *args)
+    fast, slow = block_sums(block, *args), block_sums_numpy(block, *args)
     np.testing.assert_array_equal(fast.count, slow.count)
     np.testing.assert_array_equal(fast.minimum, slow.minimum)
     np.testing.assert_array_equal(fast.maximum, slow.maximum)
@@ -113,12 +142,12 @@ def test_checked_path_adds_the_same_numbers_in_the_same_order():
     rng = np.random.default_rng(5)
     a = rng.normal(100.0, 3.0, size=(9, 1300, 6)).astype(np.float32)
     block = Block(a, np.array([0, 1, 2, 4, 5]), (1, 8), {1: (1, 9), 3: (4, 8)})
-    clean = block_partials(block, *_args(5))
+    clean = block_sums(block, *_args(5))
     dirty = a.copy()
     dirty[2, 5, 3] = np.nan
     dirty[6, 900, 3] = np.inf
     dirty[7, 1299, 3] = -np.inf
-    spoiled = block_partials(Block(dirty, block.channels, (1, 8), block.diff_ranges), *_args(5))
+    spoiled = block_sums(Block(dirty, block.channels, (1, 8), block.diff_ranges), *_args(5))
     assert _bits(clean) == _bits(spoiled)
 
 
@@ -129,8 +158,8 @@ def test_layout_does_not_change_bits():
     strided = np.asfortranarray(base)
     assert not strided.flags.c_contiguous
     ranges = {2: (2, 6)}
-    one = block_partials(Block(base, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
-    two = block_partials(Block(strided, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
+    one = block_sums(Block(base, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
+    two = block_sums(Block(strided, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
     assert _bits(one) == _bits(two)
 
 
@@ -142,9 +171,9 @@ def test_overflowing_float64_values_and_differences_keep_their_semantics():
     a[2, 10, 0] = -1.7e308
     block = Block(a, np.arange(2), (0, 4), {1: (1, 4)})
     args = (np.zeros(2), np.ones(2), {1: np.zeros(2)}, {1: np.ones(2)})
-    fast = block_partials(block, *args)
+    fast = block_sums(block, *args)
     with np.errstate(over="ignore", invalid="ignore"):
-        slow = block_partials_numpy(block, *args)
+        slow = block_sums_numpy(block, *args)
     np.testing.assert_array_equal(fast.count, slow.count)
     np.testing.assert_array_equal(fast.diff_count[1], slow.diff_count[1])
     assert fast.diff_count[1][0] == 3 * 600 - 1  # (1,2) overflows; (0,1), (2,3) do not

@@ -13,10 +13,12 @@ import xarray as xr
 from gridded_data import assert_stream_matches, gridded, mdp_store, reference, write_zarr
 
 from reference import assert_close
-from wxstats.api import ComputeOptions, check_outputs, compute, open_source
 from wxstats.cli import main
-from wxstats.errors import WxstatsError
-from wxstats.writers import mdp
+from wxstats.core.errors import WxstatsError
+from wxstats.io.formats import mdp
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import check_outputs, open_source
+from wxstats.runtime.run import compute
 
 TRAIN, VAL = (0, 24), (24, 36)
 
@@ -49,7 +51,7 @@ def _neural_lam_reads(path: Path, category: str) -> xr.Dataset:
 
 def test_recognised_with_its_categories_and_splits(store):
     path, _ = store
-    source = open_source(path, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=path))
     assert source.is_mdp
     # only train has statistics in the store: the default splits are those
     assert [s.name for s in source.splits] == ["train"]
@@ -129,8 +131,9 @@ def test_failed_write_keeps_the_old_values(store_copy, monkeypatch):
         real_replace(src, dst)
 
     monkeypatch.setattr(mdp.os, "replace", failing)
-    source = open_source(path, ComputeOptions(write_into=True))
-    from wxstats.api import compute_source, write_outputs
+    source = open_source(ComputeOptions(dataset=path, write_into=True))
+    from wxstats.runtime.outputs import write_outputs
+    from wxstats.runtime.run import compute_source
 
     stats = compute_source(source)
     with pytest.raises(WxstatsError, match="old values were kept.*No space left"):
@@ -145,7 +148,7 @@ def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
     per_point = ds["state"].isel(time=slice(0, 24)).mean("time").astype("float32").compute()
     shutil.rmtree(path / "state__train__mean")
     xr.Dataset({"state__train__mean": per_point}).to_zarr(path, mode="a", consolidated=True)
-    source = open_source(path, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=path))
     with pytest.raises(WxstatsError, match=r"state__train__mean has dimensions \('grid_index'"):
         check_outputs(source, ComputeOptions(write_into=True))
 

@@ -21,14 +21,17 @@ import torch
 
 from reference import meps_reference
 from wxstats.cli import main
-from wxstats.example import ExampleSpec, write_example
+from wxstats.tools.example import ExampleSpec, write_example
 
 NEURALLAM_PYTHON = os.environ.get("WXSTATS_NEURALLAM_PYTHON")
-pytestmark = pytest.mark.skipif(
-    not NEURALLAM_PYTHON,
-    reason="neural-lam environment not set up: run scripts/neural-lam-env.sh and export "
-    "WXSTATS_NEURALLAM_PYTHON (.ci/run does)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not NEURALLAM_PYTHON,
+        reason="neural-lam environment not set up: run scripts/neural-lam-env.sh and export "
+        "WXSTATS_NEURALLAM_PYTHON (.ci/run does)",
+    ),
+]
 
 SERVE_SCRIPT = """
 import json, sys

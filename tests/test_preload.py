@@ -3,7 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from wxstats import preload
+from wxstats.runtime import preload
 
 
 def test_after_first_starts_the_import_once(monkeypatch):
@@ -19,7 +19,7 @@ def test_after_first_starts_the_import_once(monkeypatch):
 def test_start_imports_in_a_thread_and_ignores_missing_modules():
     code = (
         "import sys\n"
-        "from wxstats import preload\n"
+        "from wxstats.runtime import preload\n"
         "preload.start(('colorsys', 'no_such_module_wxstats')).join()\n"
         "assert 'colorsys' in sys.modules\n"
     )

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from wxstats.cli import main
-from wxstats.progress import ProgressReporter
+from wxstats.runtime.progress import ProgressReporter
 
 
 class Clock:
@@ -21,12 +21,10 @@ class Clock:
 
 def test_json_lines_at_intervals():
     clock, out = Clock(), io.StringIO()
-    with ProgressReporter(
-        10, lambda i: 1000 * (i + 1), 55_000, "json", interval=5.0, stream=out, clock=clock
-    ) as progress:
+    with ProgressReporter(10, 55_000, "json", interval=5.0, stream=out, clock=clock) as progress:
         for i in range(10):
             clock.now += 1.0  # one sample per second
-            progress.update(i)
+            progress.advance(1000 * (i + 1))
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [e["event"] for e in lines] == ["start", "progress", "progress", "done"]
     first = lines[1]
@@ -40,22 +38,22 @@ def test_json_lines_at_intervals():
 
 def test_failure_is_logged_and_bar_mode_is_silent_on_a_pipe():
     out = io.StringIO()
-    with pytest.raises(RuntimeError), ProgressReporter(3, lambda i: 1, 3, "json", stream=out):
+    with pytest.raises(RuntimeError), ProgressReporter(3, 3, "json", stream=out):
         raise RuntimeError
     assert json.loads(out.getvalue().splitlines()[-1])["event"] == "failed"
     piped = io.StringIO()
-    with ProgressReporter(3, lambda i: 1, 3, "bar", stream=piped) as progress:
-        for i in range(3):
-            progress.update(i)
+    with ProgressReporter(3, 3, "bar", stream=piped) as progress:
+        for _ in range(3):
+            progress.advance(1)
     # no bar on a pipe and no line before the interval: only the closing totals
     assert piped.getvalue().splitlines() == [piped.getvalue().strip()]
     assert piped.getvalue().startswith("wxstats: 3 samples") and "GB/s" in piped.getvalue()
     silent = io.StringIO()
-    with ProgressReporter(3, lambda i: 1, 3, "none", stream=silent) as progress:
-        progress.update(0)
+    with ProgressReporter(3, 3, "none", stream=silent) as progress:
+        progress.advance(1)
     assert silent.getvalue() == ""
     with pytest.raises(ValueError):
-        ProgressReporter(1, lambda i: 1, 1, "xml")
+        ProgressReporter(1, 1, "xml")
 
 
 def test_compute_log_format_json(meps_small, tmp_path, capsys):

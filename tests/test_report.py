@@ -14,11 +14,13 @@ from PIL import Image
 from synthetic_stats import SUSPICIOUS, write_synthetic
 
 from reference import meps_reference
-from wxstats.api import ComputeOptions, compute_source, open_source, write_outputs
-from wxstats.checks import findings
 from wxstats.cli import main
-from wxstats.readers import read_stats
-from wxstats.report import write_report
+from wxstats.io.read import read_stats
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import open_source, write_outputs
+from wxstats.runtime.run import compute_source
+from wxstats.tools.checks import findings
+from wxstats.tools.report import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -71,7 +73,7 @@ def _parse(html_text: str) -> Page:
 @pytest.fixture(scope="module")
 def example_stats(meps_small, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    source = open_source(meps_small, ComputeOptions())
+    source = open_source(ComputeOptions(dataset=meps_small))
     options = ComputeOptions(output_dir=out, summary=out / "s.json")
     write_outputs(source, compute_source(source), options)
     return out / "wxstats_stats.nc"
@@ -85,7 +87,7 @@ def test_report_of_the_example(example_stats, tmp_path, capsys):
     assert 0.02 < _ink(png) < 0.6, "figure is blank or solid"
     page = _parse((tmp_path / "r" / "wxstats_report.html").read_text())
     text = " ".join(page.text)
-    for name in read_stats(example_stats).state.names:
+    for name in read_stats(example_stats).state.features:
         assert name in text
     assert "toa_downwelling_shortwave_flux" in text and "Pa" in text
     assert page.cells >= 18 * 10
@@ -111,7 +113,7 @@ def test_report_of_100_variables_flags_the_suspicious_ones(tmp_path, capsys):
     page = _parse((tmp_path / "r100" / "wxstats_report.html").read_text())
     text = " ".join(page.text)
     stats = read_stats(tmp_path / "s100.nc")
-    assert all(name in text for name in stats.state.names)
+    assert all(name in text for name in stats.state.features)
     for name, message in SUSPICIOUS.items():
         assert any(name in line and message in line for line in out.splitlines()), name
 

@@ -28,6 +28,8 @@ from distributed_helpers import (
 
 from reference import assert_close, meps_reference
 
+pytestmark = pytest.mark.slow  # processes started: the full tier, not the quick loop
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 

@@ -9,7 +9,7 @@ import xarray as xr
 from conftest import SHARED_DATA
 
 from reference import assert_close
-from wxstats.api import compute
+from wxstats.runtime.run import compute
 
 ERA5 = SHARED_DATA / "era5_t2m_2019-03_uk.nc"
 ERAINT = SHARED_DATA / "eraint_uvz.nc"

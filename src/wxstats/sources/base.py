@@ -1,66 +1,44 @@
 """What every source provides: an ordered list of samples and how to read one.
 
 Sources know nothing of ranks, accumulators or output files: they list
-samples, read one into :class:`~wxstats.kernels.Block` views (one per
-stream), and describe a sample for error messages.
+samples, read one into :class:`~wxstats.core.kernels.Block` views (one per
+stream, declared by a :class:`~wxstats.core.stats.StreamSpec` with its
+layout), and describe a sample for error messages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from wxstats.kernels import Block
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """One group of features reduced together ("state", or a forcing field)."""
-
-    name: str
-    features: list[str]
-    units: list[str]
-    diff_steps: tuple[int, ...] = ()
-    long_names: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class StreamLayout:
-    """Where a stream's statistics go in a ``{prefix}__{split}__{op}`` file.
-
-    ``features`` are the C-order product of ``feature_dims`` (none: one
-    scalar feature); ``coords`` are written along them (name -> (dims,
-    values)). ``category`` groups streams in the JSON summary ("state",
-    "forcing" or "static").
-    """
-
-    prefix: str
-    split: str
-    feature_dims: tuple[str, ...] = ()
-    feature_shape: tuple[int, ...] = ()
-    coords: dict[str, tuple[tuple[str, ...], Any]] = field(default_factory=dict)
-    category: str = "state"
+from wxstats.core.kernels import Block
+from wxstats.core.stats import StreamSpec
 
 
 class Source(Protocol):
     """An ordered list of samples (see module docstring).
 
-    Optional: ``exact_per_step = True`` and ``reference_blocks()`` for
-    sources whose samples are arbitrary groups of time steps (see
-    :mod:`wxstats.engine`); ``layout`` (a :class:`StreamLayout` per stream)
-    for ``{prefix}__{split}__{op}`` outputs.
+    ``exact_per_step``: whether each time step is summed exactly on its own
+    (a source whose samples are arbitrary groups of time steps, so that the
+    grouping never changes a bit) rather than each sample (see
+    :mod:`wxstats.core.combine`).
     """
 
     kind: str
     streams: list[StreamSpec]
     attrs: dict[str, Any]
+    exact_per_step: bool
 
     def __len__(self) -> int: ...
 
     def read(self, index: int) -> dict[str, Block]:
         """The blocks of sample ``index``, keyed by stream name."""
+        ...
+
+    def reference_blocks(self) -> dict[str, Block]:
+        """The blocks the shifts and scales are taken from (the first time step
+        of each stream's block), the same on every rank and in every run."""
         ...
 
     def describe(self, index: int) -> str:
@@ -71,11 +49,17 @@ class Source(Protocol):
         """Bytes read for sample ``index`` (progress and estimates)."""
         ...
 
-    # Optional: ``prefetch(index) -> None`` starts reading a sample in the
-    # background (a hint; the engine calls it a few samples ahead if present).
+    def prefetch(self, index: int) -> None:
+        """Start reading sample ``index`` in the background (a hint: errors are
+        left to :meth:`read`; the engine calls it a few samples ahead)."""
+        ...
 
     def identity(self) -> dict[str, Any]:
         """What the data is (files, sizes, times): to refuse a stale resume."""
+        ...
+
+    def inputs(self) -> list[str]:
+        """The local files and folders the source reads (outputs must not be one)."""
         ...
 
 

@@ -1,0 +1,107 @@
+"""What each command does with its parsed arguments: call the library, print.
+
+``compute`` forms the world the run happens in (one process, ``--nproc``
+ranks started here, or a rank of a torchrun/Slurm job) and hands the options
+to :func:`wxstats.runtime.run.execute`; the other commands read, draw,
+compare or inspect.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from wxstats.core.errors import WxstatsError
+from wxstats.runtime.options import ComputeOptions
+
+
+def run_compute(options: ComputeOptions) -> int:
+    from wxstats.runtime import launch
+    from wxstats.runtime.job import Job, Solo
+    from wxstats.runtime.run import default_threads, execute
+
+    found = launch.detect_launch()
+    if options.nproc:
+        if found is not None and found.world_size > 1:
+            raise WxstatsError(
+                "--nproc starts ranks itself: do not combine it with torchrun or srun -n N>1"
+            )
+        return launch.launch_local(
+            launch.strip_nproc(list(options.argv)), options.nproc, options.timeout
+        )
+    if found is None:
+        world, threads = Solo(), options.threads or default_threads()
+    else:
+        try:
+            world = Job(
+                found,
+                backend=options.backend,
+                device=options.device,
+                timeout=options.timeout,
+                show_progress=not options.quiet or options.log_format == "json",
+            ).start()
+        except WxstatsError as exc:
+            print(f"wxstats: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        threads = options.threads or found.default_threads()
+    outcome = execute(options, world, threads)
+    if outcome.stats is not None:
+        from wxstats.tools.report import format_table
+
+        for note in outcome.stats.warnings:
+            print(f"wxstats: warning: {note}", file=sys.stderr)
+        if not options.quiet:
+            print(format_table(outcome.stats))
+            written = outcome.written
+            print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
+    return outcome.code
+
+
+def run_example(args: argparse.Namespace) -> int:
+    from wxstats.tools.example import ExampleSpec, write_example
+
+    started = time.perf_counter()
+    spec = ExampleSpec(analysis_times=args.times, members=args.members, grid=tuple(args.grid))
+    config = write_example(args.directory, spec)
+    print(f"wrote example dataset: {config}")
+    status = run_compute(ComputeOptions(dataset=str(config), overwrite=args.overwrite))
+    print(f"example finished in {time.perf_counter() - started:.1f} s")
+    return status
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from wxstats.tools.report import write_report
+
+    written, found = write_report(args.stats, args.output_dir, args.split)
+    for f in found:
+        print(f"warning: {f.category} {f.variable}: {f.message}")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from wxstats.io.read import read_stats
+    from wxstats.tools.compare import compare, format_comparison
+
+    if not args.rtol >= 0:
+        raise WxstatsError(f"--rtol must be a number >= 0, got {args.rtol}")
+    result = compare(read_stats(args.a, args.split), read_stats(args.b, args.split), args.rtol)
+    print(format_comparison(result))
+    return result.exit_code
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    from wxstats.runtime.run import default_threads
+    from wxstats.tools.inspect import format_plan, inspect_dataset
+
+    options = ComputeOptions(
+        dataset=str(args.dataset),
+        split=args.split,
+        step_length=args.step_length,
+        skipna=args.skipna,
+        threads=args.threads or default_threads(),
+        output_dir=args.output_dir,
+    )
+    print(format_plan(inspect_dataset(options, not args.no_measure)))
+    return 0

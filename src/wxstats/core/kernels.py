@@ -1,0 +1,254 @@
+"""One-pass per-step sums of a block: values, differences for every step, extremes.
+
+A :class:`Block` is an array ``a[t, g, c]`` (time, grid point, channel) with
+the channels to use, the time range whose values count and, for each lag
+``k``, the range of *later* times ``t`` whose pairs ``(t - k, t)`` count.
+
+:func:`block_sums` runs the compiled kernel (numba, no per-element Python,
+no float64 temporaries of the sample's size). :func:`block_sums_numpy` is a
+plain numpy version of the same definitions, kept to test the kernel.
+
+How the kernel is fast and still exact
+--------------------------------------
+The sample is walked in chunks of :data:`GRID_CHUNK` grid points (outer) and
+time steps (inner), so the chunk at ``t - k`` that a difference needs was read
+``k`` steps ago and is still in the CPU cache: every value comes from memory
+once. Within a chunk the ``(grid point, channel)`` values are contiguous; they
+are summed into ``L = m * C`` *lanes* (lane ``l`` takes the values at flat
+positions ``l, l + L, l + 2L, ...``, i.e. channel ``l % C`` of every ``m``-th
+grid point), four rows per step. Each lane is a plain sequential float64 sum,
+so the loop over lanes vectorizes without ``fastmath`` and without any
+reassociation: the bits depend only on the data and its shape (``m`` comes
+from ``C``), never on the CPU's vector width, thread count or who reads the
+sample. Then lanes fold into channels (in lane order) and chunk sums into the
+time step's sum (in chunk order): the kernel returns one row of sums per time
+step, and the combiner adds the rows of a sample in time order (or each row
+exactly on its own): rounding error grows with ``512/m + m + G/512 + T``, not
+with the number of values.
+
+NaN and Inf are handled without a branch per value: a chunk is first summed
+as if it were all finite; NaN/Inf (or an overflow) make its sums non-finite,
+and only then is the chunk summed again with per-value checks that count and
+skip them. Both paths add the same numbers in the same order.
+
+All channels of the array are summed (the array rows are contiguous) and the
+requested ones picked afterwards; a non-contiguous array is copied once in
+its own dtype (never widened to float64).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GRID_CHUNK = 512
+"""Grid points summed together (in lanes, see the module docstring) before
+joining the time step's sum: rounding error grows with 512/m + m + G/512 + T,
+not with the number of values. A chunk of the MEPS state (18 channels,
+float32) is 36 KiB, so the chunks a difference needs stay in L2 cache."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """A view of the data and what of it counts (see module docstring)."""
+
+    array: np.ndarray  # (T, G, C)
+    channels: np.ndarray  # int64 (F,) indices into C
+    value_range: tuple[int, int]
+    diff_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class BlockSums:
+    """Float64 sums of one block, per feature: per time step (rows) for the sums,
+    totals for the counts and extremes. Rows outside a range are zero.
+
+    The rows are what the exact combiner takes (:mod:`wxstats.core.combine`);
+    ``sum1``/``sum2`` (and ``diff_sum1``/``diff_sum2``) are their totals in time
+    order, for checks and tests.
+    """
+
+    count: np.ndarray  # int64 (F,)
+    step_sum1: np.ndarray  # float64 (T, F): sum of (x - shift) / scale per step
+    step_sum2: np.ndarray  # float64 (T, F): sum of its square per step
+    minimum: np.ndarray
+    maximum: np.ndarray
+    nan_count: np.ndarray
+    inf_count: np.ndarray
+    diff_count: dict[int, np.ndarray]
+    diff_step_sum1: dict[int, np.ndarray]  # lag -> (T, F), rows indexed by the later time
+    diff_step_sum2: dict[int, np.ndarray]
+
+    @property
+    def sum1(self) -> np.ndarray:
+        return in_time_order(self.step_sum1)
+
+    @property
+    def sum2(self) -> np.ndarray:
+        return in_time_order(self.step_sum2)
+
+    @property
+    def diff_sum1(self) -> dict[int, np.ndarray]:
+        return {k: in_time_order(v) for k, v in self.diff_step_sum1.items()}
+
+    @property
+    def diff_sum2(self) -> dict[int, np.ndarray]:
+        return {k: in_time_order(v) for k, v in self.diff_step_sum2.items()}
+
+
+def in_time_order(rows: np.ndarray) -> np.ndarray:
+    """The sequential float64 sum of the rows, first to last (a fixed order)."""
+    total = np.zeros(rows.shape[1:])
+    for row in rows:
+        total += row
+    return total
+
+
+def _kernel():
+    from wxstats.core._kernels_numba import kernel
+
+    return kernel
+
+
+def lanes_per_channel(n_channels: int) -> int:
+    """Grid points per lane row: a power of two giving at least 64 lanes."""
+    m = 1
+    while m * n_channels < 64 and m < GRID_CHUNK:
+        m *= 2
+    return m
+
+
+def _empty_sums(n_t: int, n_f: int, lags: list[int]) -> BlockSums:
+    return BlockSums(
+        count=np.zeros(n_f, dtype=np.int64),
+        step_sum1=np.zeros((n_t, n_f)),
+        step_sum2=np.zeros((n_t, n_f)),
+        minimum=np.full(n_f, np.inf),
+        maximum=np.full(n_f, -np.inf),
+        nan_count=np.zeros(n_f, dtype=np.int64),
+        inf_count=np.zeros(n_f, dtype=np.int64),
+        diff_count={k: np.zeros(n_f, dtype=np.int64) for k in lags},
+        diff_step_sum1={k: np.zeros((n_t, n_f)) for k in lags},
+        diff_step_sum2={k: np.zeros((n_t, n_f)) for k in lags},
+    )
+
+
+def _per_channel(values: np.ndarray, channels: np.ndarray, n_c: int, fill: float) -> np.ndarray:
+    """Per-feature parameters spread over all ``n_c`` channels of the array."""
+    out = np.full(n_c, fill)
+    out[channels] = values
+    if not np.array_equal(out[channels], values):
+        raise ValueError("a channel is used twice with different shifts or scales")
+    return out
+
+
+def block_sums(
+    block: Block,
+    shift: np.ndarray,
+    scale: np.ndarray,
+    diff_shift: dict[int, np.ndarray],
+    diff_scale: dict[int, np.ndarray],
+) -> BlockSums:
+    """Per-step sums of ``(x - shift) / scale`` and of the differences, compiled."""
+    lags = sorted(block.diff_ranges)
+    channels = np.asarray(block.channels, dtype=np.int64)
+    array = block.array
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)  # rare: copied in its own dtype
+    n_t, n_g, n_c = array.shape
+    m = lanes_per_channel(n_c)
+    lanes = m * n_c
+
+    def lane(values, fill: float) -> np.ndarray:
+        v = np.asarray(values, dtype=np.float64).reshape(channels.shape[0])
+        return np.tile(_per_channel(v, channels, n_c, fill), m)
+
+    t0 = max(0, int(block.value_range[0]))
+    t1 = min(n_t, int(block.value_range[1]))
+    d0 = [max(int(block.diff_ranges[k][0]), k) for k in lags]
+    d1 = [min(int(block.diff_ranges[k][1]), n_t) for k in lags]
+    n_s = len(lags)
+    counts = {name: np.zeros(n_c, dtype=np.int64) for name in ("count", "nans", "infs")}
+    tv1, tv2 = np.zeros((n_t, n_c)), np.zeros((n_t, n_c))
+    mn, mx = np.full(n_c, np.inf), np.full(n_c, -np.inf)
+    dcount = np.zeros((n_s, n_c), dtype=np.int64)
+    td1, td2 = np.zeros((n_s, n_t, n_c)), np.zeros((n_s, n_t, n_c))
+    _kernel()(
+        array.reshape(n_t, n_g * n_c),
+        n_c,
+        m,
+        GRID_CHUNK,
+        t0,
+        t1,
+        np.array(lags, dtype=np.int64),
+        np.array(d0, dtype=np.int64),
+        np.array(d1, dtype=np.int64),
+        lane(shift, 0.0),
+        lane(1.0 / np.asarray(scale, dtype=np.float64), 1.0),
+        np.array([lane(diff_shift[k], 0.0) for k in lags]).reshape(n_s, lanes),
+        np.array(
+            [lane(1.0 / np.asarray(diff_scale[k], dtype=np.float64), 1.0) for k in lags]
+        ).reshape(n_s, lanes),
+        counts["count"],
+        tv1,
+        tv2,
+        mn,
+        mx,
+        counts["nans"],
+        counts["infs"],
+        dcount,
+        td1,
+        td2,
+    )
+    return BlockSums(
+        count=counts["count"][channels],
+        step_sum1=tv1[:, channels],
+        step_sum2=tv2[:, channels],
+        minimum=mn[channels],
+        maximum=mx[channels],
+        nan_count=counts["nans"][channels],
+        inf_count=counts["infs"][channels],
+        diff_count={k: dcount[i][channels] for i, k in enumerate(lags)},
+        diff_step_sum1={k: td1[i][:, channels] for i, k in enumerate(lags)},
+        diff_step_sum2={k: td2[i][:, channels] for i, k in enumerate(lags)},
+    )
+
+
+def block_sums_numpy(
+    block: Block,
+    shift: np.ndarray,
+    scale: np.ndarray,
+    diff_shift: dict[int, np.ndarray],
+    diff_scale: dict[int, np.ndarray],
+) -> BlockSums:
+    """The same definitions as :func:`block_sums` in plain numpy (for tests)."""
+    lags = sorted(block.diff_ranges)
+    a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)
+    out = _empty_sums(a.shape[0], a.shape[2], lags)
+    t0, t1 = block.value_range
+    values = a[t0:t1]
+    nan = np.isnan(values)
+    inf = np.isinf(values)
+    finite = ~(nan | inf)
+    y = np.where(finite, (values - shift) / scale, 0.0)
+    out.count = finite.sum(axis=(0, 1)).astype(np.int64)
+    out.step_sum1[t0:t1] = y.sum(axis=1)
+    out.step_sum2[t0:t1] = (y * y).sum(axis=1)
+    out.nan_count = nan.sum(axis=(0, 1)).astype(np.int64)
+    out.inf_count = inf.sum(axis=(0, 1)).astype(np.int64)
+    if finite.any():
+        out.minimum = np.where(finite, values, np.inf).min(axis=(0, 1))
+        out.maximum = np.where(finite, values, -np.inf).max(axis=(0, 1))
+    for k in lags:
+        d0, d1 = block.diff_ranges[k]
+        d0 = max(d0, k)
+        if d1 <= d0:
+            continue
+        d = a[d0:d1] - a[d0 - k : d1 - k]
+        ok = np.isfinite(d)
+        yd = np.where(ok, (d - diff_shift[k]) / diff_scale[k], 0.0)
+        out.diff_count[k] = ok.sum(axis=(0, 1)).astype(np.int64)
+        out.diff_step_sum1[k][d0:d1] = yd.sum(axis=1)
+        out.diff_step_sum2[k][d0:d1] = (yd * yd).sum(axis=1)
+    return out

@@ -1,0 +1,325 @@
+"""The one result model: statistics per stream, whoever computed or wrote them.
+
+A run produces a :class:`Stats` (from the exact combiner, every statistic
+present); every reader of a statistics file (``wxstats.io.formats``) gives one
+back, with what the file holds (a neural-lam ``static/`` folder has no counts or
+extremes: those are ``None``). Reports, comparisons and writers all take this
+one model.
+
+A stream is one group of features reduced together: the MEPS ``state`` and its
+TOA flux, or one variable of one split of a zarr/netCDF dataset. Its
+:class:`StreamLayout` says where its statistics go in a
+``{prefix}__{split}__{op}`` file and which *category* (state, forcing,
+static) it belongs to; :meth:`Stats.by_category` joins the streams of one
+split per category, the shape of the JSON summary and of comparisons.
+Everything describing the run rather than the data lives in ``Stats.run``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+CATEGORIES = ("state", "forcing", "static")
+VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
+"""The per-feature statistics of a stream, as named in files."""
+MEPS_FLUX = "toa_downwelling_shortwave_flux"
+"""The forcing of neural-lam's MEPS datastore (its ``[mean, std]`` is ``flux_stats.pt``)."""
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    """Where a stream's statistics go in a ``{prefix}__{split}__{op}`` file.
+
+    ``features`` are the C-order product of ``feature_dims`` (none: one
+    scalar feature); ``coords`` are written along them (name -> (dims,
+    values)). ``unit_attribute``: write a ``units`` attribute when every
+    feature has the same unit (MEPS files carry units only as a coordinate).
+    """
+
+    prefix: str
+    split: str
+    feature_dims: tuple[str, ...] = ()
+    feature_shape: tuple[int, ...] = ()
+    coords: dict[str, tuple[tuple[str, ...], Any]] = field(default_factory=dict)
+    category: str = "state"
+    unit_attribute: bool = True
+
+
+def flat_layout(
+    category: str, split: str, features: list[str], units: list[str], long_names: list[str]
+) -> StreamLayout:
+    """A ``{category}__{split}__{op}`` layout along ``{category}_feature``,
+    the feature names, units and long names as coordinates (neural-lam's MEPS
+    streams, and mllam-data-prep's categories)."""
+    dim = f"{category}_feature"
+    coords: dict[str, tuple[tuple[str, ...], Any]] = {
+        dim: ((dim,), np.asarray(features, dtype=object)),
+        f"{dim}_units": ((dim,), np.asarray(units, dtype=object)),
+    }
+    if long_names:
+        coords[f"{dim}_long_name"] = ((dim,), np.asarray(long_names, dtype=object))
+    return StreamLayout(
+        prefix=category,
+        split=split,
+        feature_dims=(dim,),
+        feature_shape=(len(features),),
+        coords=coords,
+        category=category,
+        unit_attribute=False,
+    )
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """One group of features reduced together, as a source declares it."""
+
+    name: str
+    features: list[str]
+    units: list[str]
+    diff_steps: tuple[int, ...] = ()
+    long_names: list[str] = field(default_factory=list)
+    layout: StreamLayout | None = None
+
+
+@dataclass
+class DiffStats:
+    """Statistics of ``x[t] - x[t-k]``, per feature, on the raw scale.
+
+    ``mean_standardized``/``std_standardized`` are set only when a file holds
+    that scale itself (neural-lam's ``diff_*.pt``); otherwise they are derived
+    from the std by :meth:`StreamStats.standardized_diff`."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    count: np.ndarray | None = None
+    mean_standardized: np.ndarray | None = None
+    std_standardized: np.ndarray | None = None
+
+
+@dataclass
+class StreamStats:
+    """Statistics of one stream (see module docstring); ``None``: not known."""
+
+    name: str
+    features: list[str]
+    units: list[str]
+    mean: np.ndarray
+    std: np.ndarray
+    count: np.ndarray | None = None
+    minimum: np.ndarray | None = None
+    maximum: np.ndarray | None = None
+    nan_count: np.ndarray | None = None
+    diff: dict[int | None, DiffStats] = field(default_factory=dict)
+    """Per step (``None``: a file that does not say its step)."""
+    long_names: list[str] = field(default_factory=list)
+    layout: StreamLayout | None = None
+    named: bool = True
+    """False when the file has no feature names (they are then ``#0, #1, ...``)."""
+    derived: set[str] = field(default_factory=set)
+    """Entries computed from the other scale, not read (e.g. ``"diff3 mean"``)."""
+
+    @property
+    def category(self) -> str:
+        return self.layout.category if self.layout is not None else "state"
+
+    @property
+    def split(self) -> str | None:
+        return (self.layout.split or None) if self.layout is not None else None
+
+    def op(self, name: str) -> np.ndarray | None:
+        """A statistic by its file name (``min`` is :attr:`minimum`...)."""
+        attr = {"min": "minimum", "max": "maximum"}.get(name, name)
+        return getattr(self, attr)
+
+    def standardized_diff(self, step: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(diff_mean / std, diff_std / std): neural-lam's scale, the statistics
+        of the difference of standardized fields."""
+        d = self.diff[step]
+        # a constant field (std 0, warned about) has only zero differences:
+        # write 0 rather than 0/0
+        safe = np.where(self.std > 0, self.std, 1.0)
+        mean = d.mean_standardized
+        std = d.std_standardized
+        if mean is None:
+            mean = np.where(self.std > 0, d.mean / safe, 0.0)
+        if std is None:
+            std = np.where(self.std > 0, d.std / safe, 0.0)
+        return mean, std
+
+
+@dataclass
+class Stats:
+    """All statistics of a run or of a file (see module docstring)."""
+
+    source_kind: str
+    streams: dict[str, StreamStats]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    origin: str = ""
+    """Where a read set came from (path and format), for reports."""
+
+    @property
+    def state(self) -> StreamStats:
+        """The ``state`` stream (a MEPS run), else the state category of the first split."""
+        if "state" in self.streams:
+            return self.streams["state"]
+        return self.by_category()["state"]
+
+    @property
+    def forcing(self) -> dict[str, StreamStats]:
+        return {k: v for k, v in self.streams.items() if k != "state"}
+
+    def splits(self) -> list[str]:
+        """The splits of the streams, in order (``[]`` when none is named)."""
+        return list(dict.fromkeys(s.split for s in self.streams.values() if s.split))
+
+    def by_category(self, split: str | None = None) -> dict[str, StreamStats]:
+        """The streams of ``split`` (default: the first) joined per category,
+        in the order state, forcing, static (features one after the other)."""
+        splits = self.splits()
+        chosen = split if split is not None else (splits[0] if splits else None)
+        groups: dict[str, list[StreamStats]] = {}
+        for stream in self.streams.values():
+            if stream.split in (chosen, None):
+                category = stream.category if stream.category in CATEGORIES else "state"
+                groups.setdefault(category, []).append(stream)
+        return {c: concatenate(c, groups[c], chosen) for c in CATEGORIES if c in groups}
+
+    def to_summary(self) -> dict[str, Any]:
+        """The JSON summary (see :func:`summary_dict`)."""
+        return summary_dict(self)
+
+
+def concatenate(name: str, streams: list[StreamStats], split: str | None = None) -> StreamStats:
+    """Several streams as one, features one after the other. A statistic one of
+    them lacks is absent; a difference step one of them lacks has count 0 and
+    NaN values there."""
+    if len(streams) == 1 and streams[0].name == name:
+        return streams[0]
+
+    def cat(attr: str) -> np.ndarray | None:
+        parts = [getattr(s, attr) for s in streams]
+        if any(p is None for p in parts):
+            return None
+        return np.concatenate([np.asarray(p) for p in parts]) if parts else np.zeros(0)
+
+    steps = sorted({k for s in streams for k in s.diff}, key=lambda k: (k is None, k or 0))
+    diff = {}
+    for k in steps:
+        parts = []
+        for s in streams:
+            if k in s.diff:
+                parts.append(s.diff[k])
+            else:  # no pairs for this stream: count 0, no values
+                n = len(s.features)
+                nan = np.full(n, np.nan)
+                parts.append(DiffStats(nan, nan, np.zeros(n, dtype=np.int64)))
+
+        def join(attr: str, parts: list[DiffStats] = parts) -> np.ndarray | None:
+            values = [getattr(p, attr) for p in parts]
+            return None if any(v is None for v in values) else np.concatenate(values)
+
+        diff[k] = DiffStats(
+            join("mean"),
+            join("std"),
+            join("count"),
+            join("mean_standardized"),
+            join("std_standardized"),
+        )
+    first = streams[0].layout if streams else None
+    layout = StreamLayout(prefix=name, split=split or "", category=name) if first else None
+    return StreamStats(
+        name=name,
+        features=[f for s in streams for f in s.features],
+        units=[u for s in streams for u in s.units],
+        mean=cat("mean"),
+        std=cat("std"),
+        count=cat("count"),
+        minimum=cat("minimum"),
+        maximum=cat("maximum"),
+        nan_count=cat("nan_count"),
+        diff=diff,
+        long_names=[n for s in streams for n in (s.long_names or s.features)],
+        layout=layout,
+        named=all(s.named for s in streams),
+        derived={d for s in streams for d in s.derived},
+    )
+
+
+# -- the JSON summary: the model as plain data --------------------------------------
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=np.float64)]
+
+
+def _ints(values: np.ndarray) -> list[int]:
+    return [int(v) for v in values]
+
+
+def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
+    """One entry per feature (forcing and static features in the summary)."""
+    out = {}
+    for f, feature in enumerate(stream.features):
+        entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
+        for op in ("mean", "std", "min", "max"):
+            values = stream.op(op)
+            entry[op] = None if values is None else float(values[f])
+        out[feature] = entry
+    return out
+
+
+def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
+    groups = stats.by_category(split)
+    state = groups.get("state") or concatenate("state", [], split)
+    summary: dict[str, Any] = {
+        "variables": list(state.features),
+        "units": list(state.units),
+        "state": {
+            "count": _ints(state.count),
+            "mean": _floats(state.mean),
+            "std": _floats(state.std),
+            "min": _floats(state.minimum),
+            "max": _floats(state.maximum),
+            "nan_count": _ints(state.nan_count),
+        },
+        "diff": {
+            str(k): {"count": _ints(d.count), "mean": _floats(d.mean), "std": _floats(d.std)}
+            for k, d in sorted(state.diff.items())
+        },
+        "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
+        "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
+        "warnings": list(stats.warnings),
+        "run": dict(stats.run),
+    }
+    if "static" in groups:
+        summary["static"] = _entries(groups["static"])
+    return summary
+
+
+def summary_dict(stats: Stats) -> dict[str, Any]:
+    """The statistics as plain data, floats as float64 (exact through ``json``).
+
+    The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
+    ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
+    A zarr/netCDF run gives its first split at the top level and every split
+    under ``splits``. Only ``run`` describes the run: two runs over the same
+    data give equal summaries but for it.
+    """
+    splits = stats.splits()
+    if stats.source_kind != "xarray":
+        return _split_summary(stats, None)
+    out = _split_summary(stats, splits[0])
+    out["splits"] = {}
+    for split in splits:
+        entry = _split_summary(stats, split)
+        entry.pop("run")
+        out["splits"][split] = entry
+    return out
+
+
+def with_layout(stream: StreamStats, layout: StreamLayout) -> StreamStats:
+    """``stream`` placed elsewhere (another split or prefix)."""
+    return replace(stream, layout=layout)

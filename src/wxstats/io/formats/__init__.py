@@ -1,0 +1,1 @@
+"""One module per statistics format, each holding its writer and its reader."""

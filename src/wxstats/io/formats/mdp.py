@@ -1,0 +1,230 @@
+"""mllam-data-prep's statistics, written into its own zarr store (``--write-into``).
+
+neural-lam's ``mdp`` datastore reads ``{category}__train__mean``/``std`` and
+``state__train__diff_mean``/``diff_std`` from the store. wxstats writes
+``{category}__{split}__{mean,std}`` for every category and split it computed,
+and ``{category}__{split}__diff_{mean,std}`` for the categories with time
+(mllam-data-prep's definition: differences of consecutive time steps, raw
+scale), reduced over every dimension but ``{category}_feature``.
+
+A variable the store already has keeps its dtype, shape, chunks and
+attributes; only its values change (float64 results rounded to its dtype,
+float32 in most stores: what neural-lam converts to anyway). Each variable's
+chunks are written into a temporary copy first, then moved over the old ones
+with ``os.replace`` (atomic per file; these small arrays have one chunk); the
+old chunk files are kept aside until every variable is in place and put back
+if anything fails. The metadata does not change, so a reader never sees new
+metadata with old data. Variables the store lacks are then added with xarray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wxstats.core.errors import InputError, WxstatsError
+from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
+from wxstats.io.atomic import fsync_file
+
+DIFF_STEP = 1
+_METADATA = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
+
+
+@dataclass(frozen=True)
+class Planned:
+    stream: str
+    op: str
+    dim: str
+    size: int
+    category: str
+
+
+def planned_variables(specs: list[StreamSpec]) -> dict[str, Planned]:
+    """The variables ``--write-into`` writes, from the run's streams."""
+    out = {}
+    for spec in specs:
+        lay = spec.layout
+        if lay.category not in CATEGORIES or lay.prefix != lay.category:
+            continue
+        if lay.feature_dims != (f"{lay.category}_feature",):
+            raise InputError(
+                f"--write-into: {lay.category} has feature dimensions {lay.feature_dims}; "
+                f"mllam-data-prep's statistics are along {lay.category}_feature only"
+            )
+        ops = ["mean", "std"]
+        if spec.diff_steps:
+            if DIFF_STEP not in spec.diff_steps:
+                raise InputError(
+                    "--write-into: mllam-data-prep's diff statistics are over consecutive time "
+                    "steps; include 1 in --diff-steps"
+                )
+            ops += ["diff_mean", "diff_std"]
+        for op in ops:
+            name = f"{lay.category}__{lay.split}__{op}"
+            out[name] = Planned(
+                spec.name, op, lay.feature_dims[0], len(spec.features), lay.category
+            )
+    if not out:
+        raise InputError(
+            "--write-into: no mllam-data-prep category (state/forcing/static) selected"
+        )
+    return out
+
+
+def mdp_values(stats: Stats, planned: dict[str, Planned]) -> dict[str, np.ndarray]:
+    """float64 values of the planned variables (a step without pairs is left out)."""
+    out = {}
+    for name, p in planned.items():
+        stream = stats.streams[p.stream]
+        if p.op in ("mean", "std"):
+            out[name] = np.asarray(stream.mean if p.op == "mean" else stream.std, np.float64)
+        elif DIFF_STEP in stream.diff:
+            d = stream.diff[DIFF_STEP]
+            out[name] = np.asarray(d.mean if p.op == "diff_mean" else d.std, np.float64)
+    return out
+
+
+def _group(store: Path):
+    import zarr
+
+    try:
+        return zarr.open_group(str(store), mode="r", use_consolidated=False)
+    except Exception as exc:  # any zarr error: one line for the user
+        raise InputError(f"{store}: cannot open as a zarr group: {exc}") from None
+
+
+def _dims(array) -> tuple[str, ...]:
+    if array.metadata.zarr_format == 2:
+        return tuple(array.attrs.get("_ARRAY_DIMENSIONS", ()))
+    return tuple(array.metadata.dimension_names or ())
+
+
+def check_store(store: str | Path, planned: dict[str, Planned]) -> None:
+    """Refuse, before any work, a store that cannot take the planned variables."""
+    if "://" in str(store):
+        raise InputError(f"{store}: --write-into needs a local zarr store, not a URL")
+    root = Path(store)
+    if not root.is_dir():
+        raise InputError(f"{store}: --write-into needs a zarr store folder")
+    if not os.access(root, os.W_OK):
+        raise InputError(f"{store}: the store is not writable")
+    group = _group(root)
+    arrays = set(group.array_keys())
+    for name, p in planned.items():
+        if name not in arrays:
+            continue
+        array = group[name]
+        if _dims(array) != (p.dim,) or tuple(array.shape) != (p.size,):
+            raise InputError(
+                f"{store}: {name} has dimensions {_dims(array)} and shape {tuple(array.shape)}; "
+                f"wxstats writes statistics over every dimension but {p.dim} (shape "
+                f"({p.size},)); remove that variable or leave out --write-into"
+            )
+
+
+def _chunk_files(folder: Path) -> set[str]:
+    return {
+        str(path.relative_to(folder))
+        for path in folder.rglob("*")
+        if path.is_file() and path.name not in _METADATA
+    }
+
+
+def _consolidated(root: Path, zarr_format: int) -> bool:
+    if zarr_format == 2:
+        return (root / ".zmetadata").exists()
+    meta = json.loads((root / "zarr.json").read_text())
+    return bool(meta.get("consolidated_metadata"))
+
+
+def write_into_store(
+    store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
+) -> list[str]:
+    """Replace (or add) the variables in ``store`` (see module docstring)."""
+    import zarr
+
+    root = Path(store)
+    check_store(root, planned)
+    group = _group(root)
+    zarr_format = group.metadata.zarr_format
+    arrays = set(group.array_keys())
+    existing = [n for n in values if n in arrays]
+    missing = [n for n in values if n not in arrays]
+    tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
+    done: list[tuple[Path, Path | None]] = []  # (file replaced, its old content or None)
+    try:
+        for name in existing:
+            shutil.copytree(root / name, tmp / name)
+            array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
+            array[...] = values[name].astype(array.dtype)
+        backup = tmp / ".old"
+        for name in existing:
+            new, old = _chunk_files(tmp / name), _chunk_files(root / name)
+            for rel in sorted(old):
+                saved = backup / name / rel
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(root / name / rel, saved)
+                except OSError:
+                    shutil.copy2(root / name / rel, saved)
+            for rel in sorted(new):
+                target = root / name / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fsync_file(tmp / name / rel)
+                os.replace(tmp / name / rel, target)
+                done.append((target, backup / name / rel if rel in old else None))
+            for rel in sorted(old - new):  # chunks now equal to the fill value
+                os.unlink(root / name / rel)
+                done.append((root / name / rel, backup / name / rel))
+    except BaseException as exc:
+        for target, saved in reversed(done):
+            if saved is not None:
+                os.replace(saved, target)
+            else:
+                target.unlink(missing_ok=True)
+        if isinstance(exc, Exception):
+            raise WxstatsError(
+                f"{store}: writing the statistics failed, the old values were kept: {exc}"
+            ) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if missing:
+        _add_variables(root, zarr_format, {n: values[n] for n in missing}, planned)
+    return existing + missing
+
+
+def _add_variables(
+    root: Path, zarr_format: int, values: dict[str, np.ndarray], planned: dict[str, Planned]
+) -> None:
+    import xarray as xr
+    import zarr
+
+    data_vars = {}
+    for name, array in values.items():
+        p = planned[name]
+        dtype = np.dtype(np.float64)
+        try:
+            data_dtype = zarr.open_array(str(root / p.category), mode="r").dtype
+            if np.dtype(data_dtype).kind == "f":
+                dtype = np.dtype(data_dtype)
+        except Exception:  # no such array: keep float64
+            pass
+        data_vars[name] = ((p.dim,), array.astype(dtype))
+    try:
+        xr.Dataset(data_vars).to_zarr(
+            root,
+            mode="a",
+            zarr_format=zarr_format,
+            consolidated=_consolidated(root, zarr_format),
+        )
+    except Exception as exc:  # any zarr/xarray error: one line for the user
+        raise WxstatsError(
+            f"{root}: adding {', '.join(values)} failed (the replaced variables are written): {exc}"
+        ) from None

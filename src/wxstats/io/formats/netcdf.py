@@ -1,0 +1,318 @@
+"""The statistics file: ``{prefix}__{split}__{op}`` variables in netCDF (or zarr).
+
+wxstats writes every statistic in float64, named like mllam-data-prep's
+(``state__train__mean``, ``t2m__train__diff_std``, ``z__val__max`` along
+``level``), with feature names, units and long names as coordinates,
+difference statistics along a ``diff_step`` dimension (raw and standardized
+scale), and attributes saying how the numbers were computed. netCDF because
+every weather tool opens it; :func:`read_stats_file` reads it back into the
+same :class:`~wxstats.core.stats.Stats`, and reads mllam-data-prep's zarr
+stores the same way (their differences are of one time step, on the raw scale).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.core.stats import (
+    CATEGORIES,
+    VALUE_OPS,
+    DiffStats,
+    Stats,
+    StreamLayout,
+    StreamStats,
+)
+from wxstats.io.atomic import Writer
+
+TITLE = "wxstats normalization statistics"
+METHOD = (
+    "population mean and standard deviation (ddof=0) in float64; per-sample sums of "
+    "shifted, power-of-two-scaled values combined by exact (integer) summation and "
+    "rounded once; diff statistics over x[t] - x[t-k]; *_standardized = diff / std"
+)
+DIFF_OPS = ("count", "mean", "std", "mean_standardized", "std_standardized")
+OPS = VALUE_OPS + tuple(f"diff_{op}" for op in DIFF_OPS)
+_NAME = re.compile(
+    r"^(?P<prefix>.+)__(?P<split>(?:(?!__)[^/])+)__(?P<op>"
+    + "|".join(sorted(OPS, key=len, reverse=True))
+    + r")$"
+)
+
+
+# -- writing ------------------------------------------------------------------------
+def _diff_dim(stream: StreamStats, prefix: str, all_steps: set) -> str:
+    """``diff_step``, or a dimension of the stream's own where a short split
+    lacks some steps (absent, rather than NaN-filled by alignment)."""
+    return "diff_step" if set(stream.diff) == all_steps else f"{prefix}diff_step"
+
+
+def _variable(values: Any, layout: StreamLayout, extra_dims: tuple[str, ...], attrs: dict):
+    array = np.asarray(values)
+    array = array.reshape(array.shape[: len(extra_dims)] + tuple(layout.feature_shape))
+    return (extra_dims + tuple(layout.feature_dims), array, attrs)
+
+
+def stats_dataset(stats: Stats):
+    """The statistics as an ``xarray.Dataset`` (see module docstring)."""
+    import xarray as xr
+
+    data_vars = {}
+    coords: dict[str, Any] = {}
+    all_steps = {k for stream in stats.streams.values() for k in stream.diff}
+    for stream in stats.streams.values():
+        lay = stream.layout
+        prefix = f"{lay.prefix}__{lay.split}__"
+        coords.update(lay.coords)
+        same_unit = len(set(stream.units)) == 1 and lay.unit_attribute
+        unit = {"units": stream.units[0]} if same_unit else {}
+        for op in VALUE_OPS:
+            attrs = unit if op not in ("count", "nan_count") else {}
+            data_vars[prefix + op] = _variable(stream.op(op), lay, (), attrs)
+        if stream.diff:
+            steps = sorted(stream.diff)
+            diff_dim = _diff_dim(stream, prefix, all_steps)
+            coords[diff_dim] = (diff_dim, np.array(steps, dtype=np.int64))
+            std_scale = [stream.standardized_diff(k) for k in steps]
+            for op, values in (
+                ("diff_count", [stream.diff[k].count for k in steps]),
+                ("diff_mean", [stream.diff[k].mean for k in steps]),
+                ("diff_std", [stream.diff[k].std for k in steps]),
+                ("diff_mean_standardized", [s[0] for s in std_scale]),
+                ("diff_std_standardized", [s[1] for s in std_scale]),
+            ):
+                attrs = unit if op in ("diff_mean", "diff_std") else {}
+                data_vars[prefix + op] = _variable(values, lay, (diff_dim,), attrs)
+    attrs = {
+        "title": TITLE,
+        "method": METHOD,
+        "source_kind": stats.source_kind,
+        "split": ",".join(stats.splits()),
+        "warnings": json.dumps(stats.warnings),
+        "wxstats_run": json.dumps(stats.run, sort_keys=True),
+    }
+    attrs.update({f"source_{k}": v for k, v in stats.attrs.items()})
+    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def netcdf_writer(stats: Stats) -> Writer:
+    dataset = stats_dataset(stats)
+
+    def write(path: Path) -> None:
+        dataset.to_netcdf(path, engine="netcdf4")
+
+    return write
+
+
+# -- reading ------------------------------------------------------------------------
+def _open(path: Path, engine: str | None):
+    import xarray as xr
+
+    try:
+        if engine == "zarr":
+            return xr.open_zarr(path, consolidated=None, decode_timedelta=False)
+        return xr.open_dataset(path, decode_timedelta=False)
+    except Exception as exc:  # xarray raises many kinds for unreadable files
+        raise InputError(f"{path}: cannot open as {engine or 'netCDF'}: {exc}") from None
+
+
+def _step_hours(ds: Any) -> int | None:
+    """The time step of a dataset (mllam-data-prep differences are one step)."""
+    if "time" not in ds.coords or ds.sizes.get("time", 0) < 2:
+        return None
+    times = ds["time"].values[:2]
+    try:
+        hours = (times[1] - times[0]) / np.timedelta64(1, "h")
+    except TypeError:
+        return None
+    return int(hours) if float(hours).is_integer() and hours > 0 else None
+
+
+def pick_split(splits: list[str], wanted: str | None, where: str) -> str:
+    """The split to read: ``wanted``, else ``train``, else the only one."""
+    if wanted is not None:
+        if wanted not in splits:
+            raise InputError(f"{where}: no statistics for split {wanted!r} (has {sorted(splits)})")
+        return wanted
+    if "train" in splits or len(splits) == 1:
+        return "train" if "train" in splits else splits[0]
+    raise InputError(f"{where}: statistics for several splits {sorted(splits)}; choose one")
+
+
+def _text(ds: Any, name: str, dim: str) -> list[str] | None:
+    if name in ds.variables and ds[name].dims == (dim,):
+        return [str(v) for v in np.asarray(ds[name].values).reshape(-1)]
+    return None
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (np.floating, float)) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item()) if isinstance(value, np.generic) else str(value)
+
+
+def _features(ds: Any, prefix: str, dims: tuple[str, ...]) -> tuple[list[str], bool]:
+    """Feature names along ``dims`` (named like the zarr/netCDF source names
+    them) and whether the file names them."""
+    if not dims:
+        return [prefix], True
+    if len(dims) == 1 and dims[0].endswith("_feature"):
+        names = _text(ds, dims[0], dims[0])
+        if names is None:
+            return [f"#{i}" for i in range(ds.sizes[dims[0]])], False
+        return names, True
+    labels = []
+    for d in dims:
+        values = ds[d].values if d in ds.coords else np.arange(ds.sizes[d])
+        labels.append([_label(v) for v in np.asarray(values)])
+    combos = np.ndindex(*[len(x) for x in labels])
+    return ["_".join([prefix] + [labels[i][j] for i, j in enumerate(c)]) for c in combos], True
+
+
+def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | None):
+    anchor = ds[ops.get("mean") or ops.get("std")]
+    dims = tuple(str(d) for d in anchor.dims)
+    features, named = _features(ds, prefix, dims)
+    n = len(features)
+    units = None
+    if len(dims) == 1:
+        units = _text(ds, f"{dims[0]}_units", dims[0])
+    if units is None:
+        units = [str(anchor.attrs.get("units", ""))] * n
+    long_names = (_text(ds, f"{dims[0]}_long_name", dims[0]) if len(dims) == 1 else None) or []
+    coords = {
+        str(c): (ds[c].dims, np.asarray(ds[c].values))
+        for c in ds.coords
+        if ds[c].dims and set(ds[c].dims) <= set(dims)
+    }
+
+    def flat(name: str) -> np.ndarray:
+        return np.asarray(ds[name].values).reshape(-1)
+
+    values = {op: flat(ops[op]) for op in VALUE_OPS if op in ops}
+    for op, array in values.items():
+        if array.shape[0] != n:
+            raise InputError(
+                f"{prefix}__{split}__{op} has {array.shape[0]} values for {n} features"
+            )
+    if "mean" not in values or "std" not in values:
+        raise InputError(f"{prefix}__{split}: the file holds no mean and std")
+    diff_vars = {op[5:]: v for op, v in ops.items() if op.startswith("diff_")}
+    diff: dict[int | None, DiffStats] = {}
+    derived: set[str] = set()
+    if diff_vars:
+        some = ds[next(iter(diff_vars.values()))]
+        diff_dims = [d for d in some.dims if d not in dims]
+        if diff_dims:
+            steps = [int(s) for s in ds[diff_dims[0]].values]
+            rows = {op: ds[v].transpose(diff_dims[0], ...).values for op, v in diff_vars.items()}
+            per_step = [
+                {op: np.asarray(a[i]).reshape(-1) for op, a in rows.items()}
+                for i in range(len(steps))
+            ]
+        else:
+            steps = [step]
+            per_step = [{op: flat(v) for op, v in diff_vars.items()}]
+        std = values["std"]
+        for k, got in zip(steps, per_step, strict=True):
+            tag = f"diff{k if k is not None else ''}"
+            mean, dstd = got.get("mean"), got.get("std")
+            if mean is None and "mean_standardized" in got:
+                mean = got["mean_standardized"] * std
+                derived.add(f"{tag} mean")
+            if dstd is None and "std_standardized" in got:
+                dstd = got["std_standardized"] * std
+                derived.add(f"{tag} std")
+            if mean is None or dstd is None:
+                continue
+            for op in ("mean_standardized", "std_standardized"):
+                if op not in got:
+                    derived.add(f"{tag} {op}")
+            diff[k] = DiffStats(
+                mean=mean,
+                std=dstd,
+                count=got.get("count"),
+                mean_standardized=got.get("mean_standardized"),
+                std_standardized=got.get("std_standardized"),
+            )
+    category = prefix if prefix in CATEGORIES else "state"
+    layout = StreamLayout(
+        prefix=prefix,
+        split=split,
+        feature_dims=dims,
+        feature_shape=tuple(int(ds.sizes[d]) for d in dims),
+        coords=coords,
+        category=category,
+    )
+    return StreamStats(
+        name=f"{prefix}__{split}",
+        features=features,
+        units=units,
+        mean=values["mean"].astype(np.float64),
+        std=values["std"].astype(np.float64),
+        count=values.get("count"),
+        minimum=values.get("min"),
+        maximum=values.get("max"),
+        nan_count=values.get("nan_count"),
+        diff=diff,
+        long_names=long_names,
+        layout=layout,
+        named=named,
+        derived=derived,
+    )
+
+
+def read_stats_file(path: Path, split: str | None = None, engine: str | None = None) -> Stats:
+    """Statistics of one split from a ``{prefix}__{split}__{op}`` file (see module doc)."""
+    ds = _open(path, engine)
+    try:
+        found: dict[tuple[str, str], dict[str, str]] = {}
+        for var in ds.data_vars:
+            match = _NAME.match(str(var))
+            if match:
+                key = (match["prefix"], match["split"])
+                found.setdefault(key, {})[match["op"]] = str(var)
+        found = {k: ops for k, ops in found.items() if "mean" in ops or "std" in ops}
+        if not found:
+            raise InputError(
+                f"{path}: no statistics variables named like state__train__mean or "
+                "t2m__train__mean (is this a statistics file?)"
+            )
+        chosen = pick_split(list(dict.fromkeys(s for _, s in found)), split, str(path))
+        step = _step_hours(ds) if engine == "zarr" else None
+        streams = {}
+        for (prefix, var_split), ops in found.items():
+            if var_split == chosen:
+                try:
+                    stream = _stream(ds, prefix, var_split, ops, step)
+                except InputError as exc:
+                    raise InputError(f"{path}: {exc}") from None
+                streams[stream.name] = stream
+        try:
+            stored = json.loads(ds.attrs.get("warnings", "[]"))
+        except (TypeError, ValueError):
+            stored = []
+        try:
+            run = json.loads(ds.attrs.get("wxstats_run", "{}"))
+        except (TypeError, ValueError):
+            run = {}
+        is_wxstats = str(ds.attrs.get("title", "")).startswith("wxstats")
+        kind = "wxstats-netcdf" if is_wxstats else ("mllam-zarr" if engine == "zarr" else "netcdf")
+        attrs = {k: ds.attrs[k] for k in ds.attrs if isinstance(ds.attrs[k], (str, int, float))}
+        return Stats(
+            source_kind=kind,
+            streams=streams,
+            attrs=attrs,
+            run=run if isinstance(run, dict) else {},
+            warnings=list(stored) if isinstance(stored, list) else [],
+            origin=str(path),
+        )
+    finally:
+        ds.close()

@@ -1,0 +1,186 @@
+"""neural-lam's statistics files in ``static/``: written here, and read back.
+
+``parameter_mean.pt``, ``parameter_std.pt``, ``diff_mean.pt``, ``diff_std.pt``
+(differences on the standardized scale), ``flux_stats.pt`` (``[mean, std]``):
+float32 tensors saved with ``torch.save`` (torch itself writes its format; its
+import is overlapped with the computation, see :mod:`wxstats.runtime.preload`) and
+loadable with ``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
+variable from its vertical level. :func:`read_neurallam_static` reads such a
+folder (names, units and step length from the datastore YAML beside it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError, WxstatsError
+from wxstats.core.stats import MEPS_FLUX, DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.io.atomic import Writer
+
+DEFAULT_LEVEL_WEIGHTS: dict[str, float] = {
+    "2": 1.0,
+    "0": 0.1,
+    "65": 0.065,
+    "1000": 0.1,
+    "850": 0.05,
+    "500": 0.03,
+}
+"""The weights of neural-lam's original ``create_parameter_weights``."""
+
+TENSOR_FILES = {
+    "mean": "parameter_mean.pt",
+    "std": "parameter_std.pt",
+    "mean_standardized": "diff_mean.pt",
+    "std_standardized": "diff_std.pt",
+}
+"""The state statistics and the file each is in (differences on the standardized scale)."""
+FLUX_FILE = "flux_stats.pt"
+WEIGHTS_FILE = "parameter_weights.npy"
+NEURALLAM_FILES = (*TENSOR_FILES.values(), FLUX_FILE, WEIGHTS_FILE)
+
+
+def parameter_weights(levels: list[str], names: list[str], weights: dict[str, float]) -> np.ndarray:
+    pairs = zip(names, levels, strict=True)
+    missing = [f"{n} (level {lv!r})" for n, lv in pairs if lv not in weights]
+    if missing:
+        raise WxstatsError(
+            f"no loss weight for the level of {', '.join(missing)}; "
+            "add it with --level-weights LEVEL=WEIGHT,..."
+        )
+    return np.array([weights[lv] for lv in levels], dtype=np.float32)
+
+
+def _tensor_writer(values: np.ndarray) -> Writer:
+    def write(path: Path) -> None:
+        import torch
+
+        with open(path, "wb") as f:
+            torch.save(torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)), f)
+
+    return write
+
+
+def _npy_writer(values: np.ndarray) -> Writer:
+    def write(path: Path) -> None:
+        with open(path, "wb") as f:
+            np.save(f, values)
+
+    return write
+
+
+def neurallam_outputs(
+    stats: Stats,
+    static_dir: Path,
+    step: int,
+    flux_name: str,
+    levels: list[str],
+    level_weights: dict[str, float],
+) -> dict[Path, Writer]:
+    """Writers of the six neural-lam files, keyed by final path."""
+    state = stats.state
+    if step not in state.diff:
+        raise WxstatsError(f"no difference statistics for step {step}: cannot write diff_*.pt")
+    diff_mean, diff_std = state.standardized_diff(step)
+    flux = stats.streams[flux_name]
+    weights = parameter_weights(levels, state.features, level_weights)
+    values = {"mean": state.mean, "std": state.std}
+    values.update(mean_standardized=diff_mean, std_standardized=diff_std)
+    outputs = {static_dir / name: _tensor_writer(values[op]) for op, name in TENSOR_FILES.items()}
+    outputs[static_dir / FLUX_FILE] = _tensor_writer(np.array([flux.mean[0], flux.std[0]]))
+    outputs[static_dir / WEIGHTS_FILE] = _npy_writer(weights)
+    return outputs
+
+
+# -- reading ------------------------------------------------------------------------
+def _load_pt(path: Path) -> np.ndarray:
+    import torch
+
+    try:
+        tensor = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for bad files
+        raise InputError(f"{path}: not a readable torch tensor file: {exc}") from None
+    if not isinstance(tensor, torch.Tensor) or tensor.ndim != 1:
+        raise InputError(f"{path}: expected a 1-D tensor (one value per variable)")
+    return tensor.detach().to(torch.float64).numpy()
+
+
+def _datastore_config(static: Path, n_vars: int) -> dict[str, Any] | None:
+    """The ``dataset`` section of a datastore YAML beside ``static/`` listing n_vars names."""
+    import yaml
+
+    for candidate in sorted(static.parent.glob("*.y*ml")):
+        try:
+            config = yaml.safe_load(candidate.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        dataset = (config or {}).get("dataset") if isinstance(config, dict) else None
+        if isinstance(dataset, dict) and len(dataset.get("var_names") or []) == n_vars:
+            return dataset
+    return None
+
+
+def is_neurallam_static(folder: Path) -> bool:
+    return (folder / TENSOR_FILES["mean"]).is_file()
+
+
+def read_neurallam_static(static: Path) -> Stats:
+    """A neural-lam ``static/`` folder (float32 ``.pt`` files, widened exactly)."""
+    missing = [n for n in TENSOR_FILES.values() if not (static / n).is_file()]
+    if missing:
+        raise InputError(f"{static}: not a neural-lam static folder: missing {', '.join(missing)}")
+    arrays = {op: _load_pt(static / name) for op, name in TENSOR_FILES.items()}
+    n_vars = len(arrays["mean"])
+    for op, array in arrays.items():
+        if len(array) != n_vars:
+            raise InputError(
+                f"{static}: state {op} ({TENSOR_FILES[op]}) has {len(array)} values but others "
+                f"have {n_vars}"
+            )
+    dataset = _datastore_config(static, n_vars)
+    names: list[str] | None = None
+    units = [""] * n_vars
+    step: int | None = None
+    if dataset is not None:
+        names = [str(v) for v in dataset["var_names"]]
+        if dataset.get("var_units") and len(dataset["var_units"]) == n_vars:
+            units = [str(u) if u is not None else "" for u in dataset["var_units"]]
+        match = re.fullmatch(r"(?:PT)?(\d+)\s*[hH]?", str(dataset.get("step_length", "")))
+        step = int(match.group(1)) if match else None
+    std = arrays["std"]
+    tag = f"diff{step if step is not None else ''}"
+    state = StreamStats(
+        name="state",
+        features=names if names is not None else [f"#{i}" for i in range(n_vars)],
+        units=units,
+        mean=arrays["mean"],
+        std=std,
+        diff={
+            step: DiffStats(
+                mean=arrays["mean_standardized"] * std,
+                std=arrays["std_standardized"] * std,
+                mean_standardized=arrays["mean_standardized"],
+                std_standardized=arrays["std_standardized"],
+            )
+        },
+        layout=StreamLayout(prefix="state", split="", category="state"),
+        named=names is not None,
+        derived={f"{tag} mean", f"{tag} std"},
+    )
+    streams = {"state": state}
+    if (static / FLUX_FILE).is_file():
+        flux = _load_pt(static / FLUX_FILE)
+        if len(flux) != 2:
+            raise InputError(f"{static / FLUX_FILE}: expected [mean, std], got {len(flux)} values")
+        streams["forcing"] = StreamStats(
+            name="forcing",
+            features=[MEPS_FLUX],
+            units=[""],
+            mean=flux[:1],
+            std=flux[1:],
+            layout=StreamLayout(prefix="forcing", split="", category="forcing"),
+        )
+    return Stats("neural-lam-static", streams, origin=str(static))

@@ -1,0 +1,126 @@
+"""The JSON summary (``--summary FILE.json``): floats that round-trip exactly.
+
+The content is :meth:`Stats.to_summary() <wxstats.core.stats.Stats.to_summary>`
+(the MEPS schema: ``variables``, ``units``, ``state``, ``diff``, ``forcing``,
+``static``, ``source``, ``warnings``, ``run``; zarr/netCDF runs add
+``splits``). Python's ``json`` writes floats with ``repr``, the shortest string
+that reads back to the same float64. :func:`read_summary` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.core.stats import VALUE_OPS, DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.io.atomic import Writer
+
+
+def summary_writer(stats: Stats) -> Writer:
+    text = json.dumps(stats.to_summary(), indent=1) + "\n"
+
+    def write(path: Path) -> None:
+        path.write_text(text)
+
+    return write
+
+
+def _floats(values: Any, where: str, what: str) -> np.ndarray:
+    try:
+        return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {what} is not a list of numbers") from None
+
+
+def _stream(name: str, ops: dict[str, np.ndarray], split: str, **fields: Any) -> StreamStats:
+    """A stream of category ``name`` from the statistics ``ops`` found."""
+    return StreamStats(
+        name=name,
+        mean=ops["mean"],
+        std=ops["std"],
+        count=ops.get("count"),
+        minimum=ops.get("min"),
+        maximum=ops.get("max"),
+        nan_count=ops.get("nan_count"),
+        layout=StreamLayout(prefix=name, split=split, category=name),
+        **fields,
+    )
+
+
+def _per_feature(entries: dict, category: str, split: str, where: str) -> StreamStats:
+    """A forcing or static section (one entry per feature) as a stream."""
+    names = list(entries)
+    ops: dict[str, np.ndarray] = {}
+    for op in VALUE_OPS:
+        if all(isinstance(entries[n], dict) and entries[n].get(op) is not None for n in names):
+            ops[op] = _floats([entries[n][op] for n in names], where, f"{category}.{op}")
+    if "mean" not in ops or "std" not in ops:
+        raise InputError(f"{where}: {category} entries lack mean or std")
+    return _stream(category, ops, split, features=names, units=[""] * len(names))
+
+
+def read_summary(path: Path, split: str | None = None) -> Stats:
+    """The JSON written by ``wxstats compute --summary`` (``split``: one of its
+    ``splits``; default the top level, its first split)."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable JSON summary: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("state"), dict):
+        raise InputError(f"{path}: not a wxstats JSON summary (no 'state' section)")
+    top = data
+    if split is not None and split != (data.get("source") or {}).get("split"):
+        splits = data.get("splits") or {}
+        if split not in splits:
+            raise InputError(f"{path}: no statistics for split {split!r} (has {sorted(splits)})")
+        data = splits[split]
+    source = data.get("source") or {}
+    name = str(source.get("split") or split or "")
+    section = data["state"]
+    ops = {op: _floats(section[op], where, f"state.{op}") for op in VALUE_OPS if op in section}
+    names = data.get("variables")
+    n = len(ops.get("mean", []))
+    if names is not None and len(names) != n:
+        raise InputError(f"{path}: {len(names)} variable names for {n} state statistics")
+    diff: dict[int | None, DiffStats] = {}
+    derived: set[str] = set()
+    for step, entry in (data.get("diff") or {}).items():
+        try:
+            key = int(step)
+        except ValueError:
+            raise InputError(f"{path}: diff step {step!r} is not an integer") from None
+        got = {op: _floats(v, where, f"diff.{step}.{op}") for op, v in entry.items()}
+        if "mean" in got and "std" in got:
+            diff[key] = DiffStats(mean=got["mean"], std=got["std"], count=got.get("count"))
+            derived |= {f"diff{key} mean_standardized", f"diff{key} std_standardized"}
+    if "mean" not in ops or "std" not in ops:
+        raise InputError(f"{path}: the state section holds no mean and std")
+    units = data.get("units") or [""] * n
+    streams = {
+        "state": _stream(
+            "state",
+            ops,
+            name,
+            features=list(names) if names is not None else [f"#{i}" for i in range(n)],
+            units=[str(u) for u in units],
+            diff=diff,
+            named=names is not None,
+            derived=derived,
+        )
+    }
+    for category in ("forcing", "static"):
+        if data.get(category):
+            streams[category] = _per_feature(data[category], category, name, where)
+    return Stats(
+        source_kind="wxstats-summary",
+        streams=streams,
+        attrs={k: v for k, v in source.items() if isinstance(v, (str, int, float))},
+        run=dict(top.get("run") or {}),
+        warnings=list(data.get("warnings", [])),
+        origin=str(path),
+    )

@@ -1,0 +1,140 @@
+"""Samples in, exact accumulator out: what one rank does with its share.
+
+For each sample: read its blocks, run the kernel, refuse NaN/Inf/overflow
+(naming the file and variable), add the per-step sums to the exact combiner.
+Samples are processed by a small thread pool (the kernel releases the GIL and
+reading overlaps with computing) and merged exactly, so the thread count and
+the completion order never change a bit. Sources are asked to start reading
+(``prefetch``) a few samples ahead, so that on a cold page cache the disk works
+while the kernel computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from wxstats.core.combine import NonFiniteSums, Reference, RunMoments, StreamReference
+from wxstats.core.errors import InputError
+from wxstats.core.kernels import Block, BlockSums, block_sums
+from wxstats.core.stats import StreamSpec
+from wxstats.sources.base import Source
+
+
+def _first_pair(block: Block, lag: int) -> np.ndarray:
+    start = max(block.diff_ranges[lag][0], lag)
+    if start >= min(block.diff_ranges[lag][1], block.array.shape[0]):
+        return np.zeros((1, len(block.channels)))
+    later = np.asarray(block.array[start][:, block.channels], dtype=np.float64)
+    earlier = np.asarray(block.array[start - lag][:, block.channels], dtype=np.float64)
+    return later - earlier
+
+
+def references(source: Source) -> dict[str, StreamReference]:
+    """Shifts and scales from the first time step of each stream's reference
+    block: the same on every rank, in every run over the same data."""
+    blocks = source.reference_blocks()
+    refs = {}
+    for spec in source.streams:
+        block = blocks[spec.name]
+        first = np.asarray(block.array[block.value_range[0]][:, block.channels])
+        refs[spec.name] = StreamReference(
+            values=Reference.from_values(first),
+            diffs={k: Reference.from_values(_first_pair(block, k)) for k in spec.diff_steps},
+        )
+    return refs
+
+
+def empty_accumulator(source: Source) -> RunMoments:
+    return RunMoments.create(source.streams)
+
+
+def _refuse_bad_values(where: str, spec: StreamSpec, sums: BlockSums, skipna: bool) -> None:
+    for f, name in enumerate(spec.features):
+        if sums.inf_count[f]:
+            raise InputError(
+                f"{where}: variable {name}: {int(sums.inf_count[f])} infinite values; "
+                "infinities are never valid statistics input, fix or mask the data"
+            )
+        if sums.nan_count[f] and not skipna:
+            raise InputError(
+                f"{where}: variable {name}: {int(sums.nan_count[f])} NaN values; "
+                "rerun with --skipna to leave them out of the statistics"
+            )
+
+
+def sample_accumulator(
+    source: Source, index: int, refs: dict[str, StreamReference], skipna: bool
+) -> RunMoments:
+    """The exact accumulator of one sample (deterministic, whoever runs it)."""
+    blocks = source.read(index)
+    acc = empty_accumulator(source)
+    for spec in source.streams:
+        ref = refs[spec.name]
+        sums = block_sums(
+            blocks[spec.name],
+            ref.values.shift,
+            ref.values.scale,
+            {k: r.shift for k, r in ref.diffs.items()},
+            {k: r.scale for k, r in ref.diffs.items()},
+        )
+        where = source.describe(index)
+        _refuse_bad_values(where, spec, sums, skipna)
+        try:
+            acc.add(spec.name, sums, source.exact_per_step)
+        except NonFiniteSums as exc:
+            bad = ", ".join(spec.features[f] for f in exc.features)
+            raise InputError(
+                f"{where}: variable(s) {bad}: values span too wide a range for float64 "
+                "sums (relative to the first time step of the first sample)"
+            ) from None
+    return acc
+
+
+def accumulate(
+    source: Source,
+    indices: Iterable[int],
+    refs: dict[str, StreamReference],
+    *,
+    skipna: bool = False,
+    threads: int = 1,
+    on_sample: Callable[[int], None] | None = None,
+    into: RunMoments | None = None,
+) -> RunMoments:
+    """Merge the accumulators of ``indices`` (in any order; the result is exact)."""
+    total = into if into is not None else empty_accumulator(source)
+    indices = list(indices)
+    ahead = max(1, threads)
+
+    def hint(position: int) -> None:
+        if position < len(indices):
+            source.prefetch(indices[position])
+
+    def merged(index: int, acc: RunMoments) -> None:
+        total.merge(acc)
+        if on_sample:
+            on_sample(index)
+
+    if threads <= 1:
+        hint(0)
+        for n, i in enumerate(indices):
+            hint(n + 1)
+            merged(i, sample_accumulator(source, i, refs, skipna))
+        return total
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats") as pool:
+        # keep at most 2 * threads samples in flight: bounded memory
+        window = 2 * threads
+        pending = []
+        for n in range(min(ahead, len(indices))):
+            hint(n)
+        for n, i in enumerate(indices):
+            hint(n + ahead)
+            pending.append((i, pool.submit(sample_accumulator, source, i, refs, skipna)))
+            if len(pending) >= window:
+                j, fut = pending.pop(0)
+                merged(j, fut.result())
+        for j, fut in pending:
+            merged(j, fut.result())
+    return total

@@ -1,0 +1,339 @@
+"""The world a run happens in: one process, or one rank of a PyTorch Distributed job.
+
+A run (:mod:`wxstats.runtime.run`) is written once, against :class:`World`:
+every rank reduces a contiguous range of samples into an exact accumulator,
+then :meth:`World.allreduce` combines them. :class:`Solo` is a world of size
+one (no torch, nothing to exchange). :class:`Job` is a rank of a job: the
+packed fixed-size tensors are combined with ``all_reduce`` (SUM of integer
+limbs, MIN and MAX of the extremes); integer addition is exact, so the result
+is the same bits for any number of ranks. Collectives only start once the
+store shows that every rank is ready (:mod:`wxstats.runtime.monitor`), so a
+slow rank never trips the collective timeout. Only rank 0 writes, after every
+rank succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+import numpy as np
+
+from wxstats.core.combine import RunMoments
+from wxstats.core.errors import WxstatsError
+from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch
+from wxstats.runtime.monitor import Monitor
+from wxstats.runtime.progress import ProgressReporter
+
+
+@dataclass(frozen=True)
+class ProgressSettings:
+    """How rank 0 reports progress (``mode``: bar, json or none)."""
+
+    mode: str = "bar"
+    interval: float = 30.0
+
+
+class World(Protocol):
+    """What a run needs from the processes it runs on (see module docstring)."""
+
+    rank: int
+    world_size: int
+
+    @property
+    def label(self) -> str:
+        """How messages name this process: ``""``, or ``"rank N: "``."""
+        ...
+
+    def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
+        """The samples (their sizes) and what every rank must agree on are known."""
+        ...
+
+    def on_sample(self, nbytes: int) -> None:
+        """A sample is done (main thread): count it, stop if another rank failed."""
+        ...
+
+    def raise_if_failed(self) -> None: ...
+
+    def allreduce(self, acc: RunMoments) -> RunMoments:
+        """The exact merge of every rank's accumulator, on every rank."""
+        ...
+
+    def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
+        """Rank 0's ``payload``, on every rank."""
+        ...
+
+    def fail(self, message: str, code: int) -> None:
+        """Tell the other ranks that this one failed."""
+        ...
+
+    def succeed(self) -> None:
+        """Rank 0: the outputs are written."""
+        ...
+
+    def wait_result(self) -> None:
+        """Ranks > 0: wait until rank 0 has written the outputs (or failed)."""
+        ...
+
+    def close(self, code: int) -> None: ...
+
+
+class Solo:
+    """A world of one process: nothing to exchange, progress per sample."""
+
+    rank = 0
+    world_size = 1
+    label = ""
+
+    def __init__(self) -> None:
+        self._progress: ProgressReporter | None = None
+
+    def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
+        self._progress = ProgressReporter(
+            len(sizes), sum(sizes), progress.mode, progress.interval
+        ).__enter__()
+
+    def on_sample(self, nbytes: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(nbytes)
+
+    def raise_if_failed(self) -> None:
+        pass
+
+    def allreduce(self, acc: RunMoments) -> RunMoments:
+        return acc
+
+    def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
+        return payload
+
+    def fail(self, message: str, code: int) -> None:
+        pass
+
+    def succeed(self) -> None:
+        self._close_progress(True)
+
+    def wait_result(self) -> None:
+        pass
+
+    def close(self, code: int) -> None:
+        self._close_progress(code == 0)
+
+    def _close_progress(self, success: bool) -> None:
+        if self._progress is not None:
+            self._progress.close(success)
+            self._progress = None
+
+
+def resolve_backend(backend: str, device: str, launch: Launch) -> tuple[str, str]:
+    """(backend, device) from ``--backend auto|gloo|nccl`` and ``--device auto|cpu|cuda``:
+    CUDA when asked, or on ``auto`` when there is a GPU for every local rank."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if device == "auto":
+        use_cuda = cuda and torch.cuda.device_count() >= launch.local_world_size
+        if backend == "gloo":
+            use_cuda = False
+        device = "cuda" if use_cuda or backend == "nccl" else "cpu"
+    if device == "cuda":
+        if not cuda:
+            raise WxstatsError("--device cuda: no CUDA device is available to this process")
+        if launch.local_rank >= torch.cuda.device_count():
+            raise WxstatsError(
+                f"--device cuda: local rank {launch.local_rank} has no GPU "
+                f"({torch.cuda.device_count()} visible); start at most one rank per GPU"
+            )
+        device = f"cuda:{launch.local_rank}"
+    if backend == "auto":
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl" and not device.startswith("cuda"):
+        raise WxstatsError("--backend nccl needs --device cuda (NCCL reduces GPU tensors)")
+    return backend, device
+
+
+def _fingerprint(identity: Any) -> int:
+    text = json.dumps(identity, sort_keys=True, default=str).encode()
+    return zlib.crc32(text) | (zlib.adler32(text) << 32) & 0x7FFFFFFFFFFFFFFF
+
+
+class Job:
+    """This rank's membership of a job (see module docstring)."""
+
+    def __init__(
+        self,
+        launch: Launch,
+        backend: str = "auto",
+        device: str = "auto",
+        timeout: float = DEFAULT_TIMEOUT,
+        show_progress: bool = True,
+    ) -> None:
+        self.launch = launch
+        self.rank = launch.rank
+        self.world_size = launch.world_size
+        self.label = f"rank {launch.rank}: "
+        self.timeout = float(timeout)
+        self.backend, self.device = resolve_backend(backend, device, launch)
+        self.show_progress = show_progress and self.rank == 0
+        self.store: Any = None
+        self.monitor: Monitor | None = None
+        self._progress: ProgressReporter | None = None
+        self._totals: tuple[int, int] | None = None
+        self._identity = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.launch.master_addr}:{self.launch.master_port}"
+
+    # -- start and stop ---------------------------------------------------------
+    def start(self) -> Job:
+        import torch
+        import torch.distributed as dist
+
+        os.environ["MASTER_ADDR"] = self.launch.master_addr
+        os.environ["MASTER_PORT"] = str(self.launch.master_port)
+        if self.device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(self.device))
+        wait = timedelta(seconds=self.timeout)
+        try:
+            store, _, _ = next(
+                dist.rendezvous("env://", rank=self.rank, world_size=self.world_size, timeout=wait)
+            )
+            dist.init_process_group(
+                self.backend, store=store, rank=self.rank, world_size=self.world_size, timeout=wait
+            )
+        except (RuntimeError, ValueError, OSError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise WxstatsError(
+                f"rank {self.rank}: could not join the job at {self.where} "
+                f"within {self.timeout:g} s ({self.backend}): {first}"
+            ) from None
+        # torchrun's agent store outlives restarted workers: one key space per attempt
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self.store = dist.PrefixStore(f"wxstats/{attempt}/", store)
+        self.monitor = Monitor(
+            self.store, self.rank, self.world_size, self.timeout, self.where, self._show
+        ).start()
+        return self
+
+    def close(self, code: int) -> None:
+        """Leave the job; rank 0 (which may host the store) leaves last."""
+        import torch.distributed as dist
+
+        dead = self.monitor.dead if self.monitor is not None else set()
+        try:
+            if self.rank == 0:
+                deadline = time.monotonic() + min(self.timeout, 30.0)
+                while time.monotonic() < deadline and self.world_size > 1:
+                    if self.store.add("left", 0) >= self.world_size - 1 - len(dead):
+                        break
+                    time.sleep(0.05)
+            else:
+                self.store.set(f"left/{self.rank}", "1")
+                self.store.add("left", 1)
+        except Exception:  # noqa: BLE001 - the store may be gone: nothing to tell
+            pass
+        if self.monitor is not None:
+            self.monitor.stop()
+        self._close_progress(success=code == 0)
+        try:
+            if code == 0:
+                dist.destroy_process_group()
+            # after a failure peers may be gone: leave the rest to process exit
+        except Exception:  # noqa: BLE001
+            pass
+
+    # -- progress --------------------------------------------------------------------
+    def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
+        self._totals = (len(sizes), sum(sizes))
+        self._identity = _fingerprint(identity)
+        if self.show_progress:
+            self._progress = ProgressReporter(
+                len(sizes),
+                sum(sizes),
+                progress.mode,
+                progress.interval,
+                ranks=self.world_size,
+            ).__enter__()
+
+    def _show(self, samples: int, nbytes: int) -> None:
+        if self._progress is not None:
+            self._progress.set_done(samples, nbytes)
+
+    def _close_progress(self, success: bool) -> None:
+        if self._progress is not None:
+            if success and self._totals:
+                self._progress.set_done(*self._totals)
+            self._progress.close(success)
+            self._progress = None
+
+    # -- what ranks tell each other ------------------------------------------------
+    def on_sample(self, nbytes: int) -> None:
+        self.monitor.count(nbytes)
+
+    def raise_if_failed(self) -> None:
+        self.monitor.raise_if_failed()
+
+    def fail(self, message: str, code: int) -> None:
+        """Tell every rank that this one failed (first failure wins the message)."""
+        if self.monitor is not None:
+            self.monitor.publish_failure(self.rank, message, code)
+
+    def allreduce(self, acc: RunMoments) -> RunMoments:
+        """Exact merge of every rank's accumulator through fixed-size tensors."""
+        import torch
+        import torch.distributed as dist
+
+        self.monitor.push_progress()
+        self.store.add("ready", 1)
+        self.monitor.wait_for("ready", self.world_size)
+        ints, minimum, maximum = acc.pack()
+        device = torch.device(self.device)
+        check = torch.tensor([self._identity, -self._identity, ints.size], dtype=torch.int64)
+        check = check.to(device)
+        dist.all_reduce(check, op=dist.ReduceOp.MAX)
+        first, neg, size = (int(v) for v in check.cpu())
+        if first != -neg or size != ints.size:
+            raise WxstatsError(
+                "the ranks do not see the same dataset (different files, sizes or options): "
+                "run every rank on the same data"
+            )
+        t_ints = torch.from_numpy(ints.astype(np.int64)).to(device)
+        t_min = torch.from_numpy(minimum.astype(np.float64)).to(device)
+        t_max = torch.from_numpy(maximum.astype(np.float64)).to(device)
+        dist.all_reduce(t_ints, op=dist.ReduceOp.SUM)
+        dist.all_reduce(t_min, op=dist.ReduceOp.MIN)
+        dist.all_reduce(t_max, op=dist.ReduceOp.MAX)
+        acc.unpack_like(t_ints.cpu().numpy(), t_min.cpu().numpy(), t_max.cpu().numpy())
+        return acc
+
+    def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
+        """Rank 0's ``payload`` on every rank, through the job's store."""
+        if self.rank == 0:
+            self.store.set(key, payload)
+            return payload
+        return bytes(self._await(key, lambda: self.store.get(key)))
+
+    def succeed(self) -> None:
+        """Rank 0: outputs are written; the others may exit with success."""
+        self.store.set("result", "0")
+        self._close_progress(success=True)
+
+    def wait_result(self) -> None:
+        """Ranks > 0: wait until rank 0 has written the outputs (or failed)."""
+        self._await("result", lambda: None)
+
+    def _await(self, key: str, then: Any) -> Any:
+        """Wait for ``key`` in the store, stopping if a rank fails or the store goes."""
+        while True:
+            self.raise_if_failed()
+            try:
+                if self.store.check([key]):
+                    return then()
+            except Exception as exc:  # noqa: BLE001
+                self.monitor.lost(exc)
+            time.sleep(0.05)

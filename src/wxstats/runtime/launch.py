@@ -1,0 +1,376 @@
+"""How the processes of a job are started and find each other.
+
+* ``wxstats compute CONFIG --nproc N`` — :func:`launch_local` starts N ranks
+  (``python -m wxstats``) on this machine with a free port and watches them;
+* ``torchrun`` — ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
+  ``MASTER_PORT`` (one node or many);
+* ``srun`` — ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the first
+  host of ``SLURM_JOB_NODELIST`` (expanded here, no ``scontrol``) is the master
+  and the port comes from the job and step ids, so that two jobs sharing a
+  node do not meet; ``MASTER_ADDR``/``MASTER_PORT`` win when set.
+
+:func:`detect_launch` says which (``None``: a plain single process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wxstats.core.errors import WxstatsError
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds to wait for all ranks to join, for a silent rank before it is
+declared dead, and for a rank to stop after another failed."""
+
+SLURM_PORT_BASE = 20000
+
+
+# -- Slurm ---------------------------------------------------------------------
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in {text!r}")
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '[' in {text!r}")
+    items.append(text[start:])
+    return [item for item in items if item]
+
+
+def _expand_range(spec: str, whole: str) -> list[str]:
+    values = []
+    for part in spec.split(","):
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"bad range {part!r} in {whole!r}")
+        width = len(low)  # "01-03" keeps its zero padding
+        for n in range(int(low), int(high if sep else low) + 1):
+            values.append(str(n).zfill(width))
+    return values
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Host names of a Slurm node list, in order: ``node[01-03,07]`` →
+    node01 node02 node03 node07; ``a1,b[2-4]``; ``r[1-2]-n[1-2]`` (products)."""
+    hosts: list[str] = []
+    for item in _split_top(text.strip()):
+        match = re.search(r"\[([^\[\]]*)\]", item)
+        if match is None:
+            if "]" in item:
+                raise ValueError(f"unbalanced ']' in {text!r}")
+            hosts.append(item)
+            continue
+        head, tail = item[: match.start()], item[match.end() :]
+        for value in _expand_range(match.group(1), text):
+            hosts.extend(expand_nodelist(head + value + tail))
+    return hosts
+
+
+def _tasks_per_node(text: str) -> list[int]:
+    """``SLURM_STEP_TASKS_PER_NODE`` such as ``2(x3),1`` → [2, 2, 2, 1]."""
+    counts = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match is None:
+            raise ValueError(f"bad tasks-per-node list {text!r}")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts
+
+
+def slurm_port(job_id: int, step_id: int) -> int:
+    """A port for the job's store, from 20000 to 59999: two jobs whose ids
+    differ by less than 5000 never share one, nor do 8 consecutive steps."""
+    return SLURM_PORT_BASE + (job_id % 5000) * 8 + step_id % 8
+
+
+# -- launch environment -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process sits in the job, whichever launcher started it."""
+
+    launcher: str  # "nproc", "torchrun" or "slurm"
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    cpus_per_rank: int | None = None
+
+    def default_threads(self) -> int:
+        """Threads so that ranks × threads ≈ the CPUs this node gives the job."""
+        if self.cpus_per_rank:
+            return max(1, min(self.cpus_per_rank, 8))
+        return max(1, min(available_cpus() // max(1, self.local_world_size), 8))
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    value = env.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise WxstatsError(f"environment variable {name} is not set")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise WxstatsError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
+    """The job this process belongs to, or ``None`` for a plain single process.
+
+    torchrun's variables win over Slurm's (torchrun inside an allocation). A
+    Slurm batch script or ``salloc`` shell (no ``srun`` step) is not a job of
+    ranks: wxstats then runs as one process there.
+    """
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = _int(env, "WORLD_SIZE")
+        return Launch(
+            launcher=env.get("WXSTATS_LAUNCHER", "torchrun"),
+            rank=_int(env, "RANK"),
+            world_size=world,
+            local_rank=_int(env, "LOCAL_RANK", 0),
+            local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+            master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
+            master_port=_int(env, "MASTER_PORT"),
+        )
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
+        world = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
+        nodelist = (
+            env.get("SLURM_STEP_NODELIST")
+            or env.get("SLURM_JOB_NODELIST")
+            or env.get("SLURM_NODELIST")
+        )
+        if env.get("MASTER_ADDR"):
+            master = env["MASTER_ADDR"]
+        elif nodelist:
+            try:
+                master = expand_nodelist(nodelist)[0]
+            except (ValueError, IndexError) as exc:
+                raise WxstatsError(f"cannot read SLURM node list {nodelist!r}: {exc}") from None
+        else:
+            raise WxstatsError("SLURM_JOB_NODELIST is not set: cannot find the master node")
+        local_world = 1
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+        if per_node:
+            try:
+                counts = _tasks_per_node(per_node)
+                local_world = counts[min(_int(env, "SLURM_NODEID", 0), len(counts) - 1)]
+            except ValueError:
+                local_world = 1
+        step = env.get("SLURM_STEP_ID", "0")
+        port = (
+            _int(env, "MASTER_PORT")
+            if env.get("MASTER_PORT")
+            else slurm_port(_int(env, "SLURM_JOB_ID", 0), int(step) if step.isdigit() else 0)
+        )
+        cpus = env.get("SLURM_CPUS_PER_TASK")
+        return Launch(
+            launcher="slurm",
+            rank=_int(env, "SLURM_PROCID"),
+            world_size=world,
+            local_rank=_int(env, "SLURM_LOCALID", 0),
+            local_world_size=local_world,
+            master_addr=master,
+            master_port=port,
+            cpus_per_rank=int(cpus) if cpus and cpus.isdigit() else None,
+        )
+    return None
+
+
+# -- --nproc: ranks started here ---------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 now (the OS picks it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def strip_nproc(argv: list[str]) -> list[str]:
+    """The command line without ``--nproc N`` (what each rank runs)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
+
+
+def _die_with_parent() -> None:
+    """Ranks get SIGTERM if the launching process dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort only
+        pass
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) -> int:
+    """Run ``wxstats`` with ``argv`` as ``nproc`` ranks on this machine.
+
+    If a rank fails, the others stop by themselves through the job's store;
+    any still running ``timeout`` seconds later (or at once, if a rank was
+    killed by a signal) are terminated. Nothing is left running.
+
+    SIGINT (Ctrl-C reaches every rank through the terminal) and SIGTERM
+    (passed on to every rank) give the ranks :data:`STOP_GRACE_S` seconds to
+    save their progress (``--checkpoint``) and stop, before they are ended.
+    """
+    port = free_port()
+    children: list[subprocess.Popen] = []
+    base = dict(os.environ)
+    for key in ("TORCHELASTIC_USE_AGENT_STORE", "GROUP_RANK", "ROLE_RANK"):
+        base.pop(key, None)
+    for rank in range(nproc):
+        env = dict(base)
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WXSTATS_LAUNCHER="nproc",
+        )
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "wxstats", *argv],
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
+        )
+    first_failure: tuple[int, int] | None = None
+    deadline = None
+    grace = 0.0
+    previous = _raise_on_sigterm()
+    try:
+        while True:
+            codes = [c.poll() for c in children]
+            if all(c is not None for c in codes):
+                break
+            for rank, c in enumerate(codes):
+                if c not in (None, 0) and first_failure is None:
+                    first_failure = (rank, c)
+                    # a killed rank said nothing: stop the rest now
+                    deadline = time.monotonic() + (0 if c < 0 else timeout)
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        first_failure = first_failure or (-1, 130)
+        grace = STOP_GRACE_S
+    except _Terminated:
+        first_failure = first_failure or (-1, 143)
+        grace = STOP_GRACE_S
+        for c in children:
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        _stop_all(children, grace)
+    codes = [c.returncode for c in children]
+    if first_failure is None:
+        bad = [(r, c) for r, c in enumerate(codes) if c != 0]
+        first_failure = bad[0] if bad else None
+    if first_failure is None:
+        return 0
+    rank, c = first_failure
+    if rank < 0:
+        name = "SIGTERM" if c == 143 else "SIGINT"
+        print(
+            f"wxstats: interrupted by {name}; all ranks stopped, no output was written",
+            file=sys.stderr,
+        )
+        return c
+    if c < 0:
+        print(
+            f"wxstats: error: rank {rank} of {nproc} {_describe_exit(c)}; the other ranks "
+            "were stopped, no output was written",
+            file=sys.stderr,
+        )
+        return 1
+    return max(c for c in codes if c and c > 0) if any(c and c > 0 for c in codes) else 1
+
+
+STOP_GRACE_S = 10.0
+"""Seconds ranks get to save and stop after SIGINT/SIGTERM reached ``--nproc``."""
+
+
+class _Terminated(Exception):
+    """SIGTERM reached the ``--nproc`` launcher."""
+
+
+def _raise_on_sigterm() -> Any:
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _stop_all(children: list[subprocess.Popen], grace: float = 0.0) -> None:
+    """Wait ``grace`` seconds for the ranks to stop, then terminate, then kill them."""
+    end = time.monotonic() + grace
+    for c in children:
+        if grace > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.wait(timeout=max(0.0, end - time.monotonic()))
+    for c in children:
+        if c.poll() is None:
+            c.terminate()
+    end = time.monotonic() + 5
+    for c in children:
+        try:
+            c.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            c.kill()
+            c.wait()

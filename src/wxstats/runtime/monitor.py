@@ -1,0 +1,180 @@
+"""Why a job cannot hang: heartbeats, failure reports and progress in the job's store.
+
+Besides the process group, every rank talks to the job's key-value store (the
+``TCPStore`` behind the process group). A :class:`Monitor` thread per rank
+publishes progress and a heartbeat each second and looks for failure reports.
+A rank that fails publishes the reason; the others stop at their next sample
+(:meth:`Monitor.raise_if_failed`) with a message naming that rank. A rank that
+dies without a word stops its heartbeat and is declared failed after
+``timeout`` seconds; ``--nproc``, ``torchrun`` and Slurm notice a dead process
+sooner. A rank that cannot stop within ``timeout`` seconds of a failure (stuck
+in a read) is ended by its monitor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wxstats.core.errors import WxstatsError
+
+HEARTBEAT_S = 1.0
+"""How often each rank's monitor publishes progress and checks for failures."""
+
+
+class JobStopped(WxstatsError):
+    """This rank stops because another rank failed (the message names it)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Monitor:
+    """One rank's heartbeat, failure and progress traffic (see module docstring).
+
+    ``store`` is the job's (prefixed) store; ``where`` names it in messages;
+    ``on_progress(samples, bytes)`` receives the job-wide totals on rank 0.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world_size: int,
+        timeout: float,
+        where: str,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout = timeout
+        self.where = where
+        self.on_progress = on_progress
+        self.samples_done = 0
+        self.bytes_done = 0
+        self.failure: tuple[int, str, int] | None = None  # (rank, message, exit code)
+        self.dead: set[int] = set()  # ranks declared dead: rank 0 does not wait for them
+        self._pushed = (0, 0)
+        self._stop = threading.Event()
+        self._failed_at: float | None = None
+        self._lock = threading.Lock()  # progress pushes come from two threads
+        watched = list(range(1, world_size)) if rank == 0 else [0]
+        self._beat = {r: (-1, time.monotonic()) for r in watched}
+        self._thread = threading.Thread(target=self._watch, name="wxstats-monitor", daemon=True)
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    # -- what the main thread tells ----------------------------------------------
+    def count(self, nbytes: int) -> None:
+        """A sample is done: count it, stop if asked."""
+        self.samples_done += 1
+        self.bytes_done += nbytes
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        if self.failure is not None:
+            rank, message, code = self.failure
+            raise JobStopped(f"rank {rank} failed: {message}", code)
+
+    def publish_failure(self, rank: int, message: str, code: int) -> None:
+        """Tell every rank that ``rank`` failed (the first failure wins the message)."""
+        try:
+            payload = json.dumps({"rank": rank, "message": message, "code": code})
+            self.store.set(f"error/{rank}", payload)
+            if self.store.add("failures", 1) == 1:
+                self.store.set("first_error", payload)
+        except Exception:  # noqa: BLE001 - store gone: peers notice through it too
+            pass
+        if self.failure is None:
+            self.failure = (rank, message, code)
+
+    def lost(self, exc: Exception) -> None:
+        """The store stopped answering: rank 0 or the launcher is gone."""
+        if self.failure is None and not self._stop.is_set():
+            self.failure = (
+                0,
+                f"lost contact with the job's store at {self.where} "
+                f"(rank 0 or the launcher ended): {exc}",
+                1,
+            )
+
+    def push_progress(self) -> None:
+        with self._lock:
+            done = (self.samples_done, self.bytes_done)
+            ds, db = done[0] - self._pushed[0], done[1] - self._pushed[1]
+            if ds or db:
+                self.store.add("samples", ds)
+                self.store.add("bytes", db)
+                self._pushed = done
+
+    def wait_for(self, key: str, target: int) -> None:
+        """Wait until counter ``key`` reaches ``target`` or a rank fails."""
+        while True:
+            self.raise_if_failed()
+            try:
+                if self.store.add(key, 0) >= target:
+                    return
+            except Exception as exc:  # noqa: BLE001
+                self.lost(exc)
+            time.sleep(0.05)
+
+    # -- the thread ----------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S if self.failure is None else 0.2):
+            try:
+                self._watch_once()
+            except Exception as exc:  # noqa: BLE001
+                self.lost(exc)
+            if self.failure is not None:
+                if self._failed_at is None:
+                    self._failed_at = time.monotonic()
+                elif time.monotonic() - self._failed_at > self.timeout:
+                    # the main thread is stuck (e.g. in a hung read): end the process
+                    rank, message, code = self.failure
+                    print(
+                        f"wxstats: error: rank {self.rank}: stopping, rank {rank} failed: "
+                        f"{message}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    os._exit(code or 1)
+
+    def _watch_once(self) -> None:
+        store = self.store
+        self.push_progress()
+        store.add(f"hb/{self.rank}", 1)
+        if self.failure is None and store.add("failures", 0) > 0:
+            first = json.loads(store.get("first_error"))
+            self.failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
+        now = time.monotonic()
+        for r in list(self._beat):
+            count = store.add(f"hb/{r}", 0)
+            last, since = self._beat[r]
+            if count != last:
+                self._beat[r] = (count, now)
+            elif now - since > self.timeout and self.failure is None:
+                if store.check([f"left/{r}"]) or store.check(["result"]):
+                    del self._beat[r]
+                    continue
+                self.dead.add(r)
+                self.publish_failure(
+                    r,
+                    f"no sign of life for {self.timeout:g} s (killed, or its node failed?)",
+                    1,
+                )
+        if self.on_progress is not None:
+            self.on_progress(store.add("samples", 0), store.add("bytes", 0))

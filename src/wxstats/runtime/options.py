@@ -1,0 +1,92 @@
+"""Everything a ``compute`` run is told, in one frozen value.
+
+The CLI parses its arguments into a :class:`ComputeOptions` once; the Python
+API builds one from keyword arguments. Nothing below the CLI sees argparse:
+this value travels down to the sources, the runtime and the writers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from wxstats.core.errors import WxstatsError
+
+
+def _tuple(value: Any) -> tuple | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class ComputeOptions:
+    """What to read, what to write, how to run (see README for each option)."""
+
+    dataset: str = ""
+    # -- which data (sources) ---------------------------------------------------
+    split: str | None = None
+    """One split: a MEPS split folder, or one ``NAME=START/END`` (same as ``splits``)."""
+    splits: tuple[str, ...] = ()
+    """zarr/netCDF: ``NAME=START/END`` intervals, or an mllam-data-prep store's split names."""
+    step_length: int | None = None
+    variables: tuple[str, ...] | None = None
+    time_dim: str = "time"
+    diff_steps: tuple[int, ...] | None = None
+    feature_dims: tuple[str, ...] | None = None
+    block_mb: float | None = None
+    skipna: bool = False
+    # -- outputs -------------------------------------------------------------------
+    output_dir: Path | None = None
+    summary: Path | None = None
+    output: Path | None = None
+    write_into: bool = False
+    overwrite: bool = False
+    level_weights: dict[str, float] | None = None
+    # -- resuming ------------------------------------------------------------------
+    checkpoint: Path | None = None
+    checkpoint_interval: float = 60.0
+    resume: bool = False
+    # -- how to run ----------------------------------------------------------------
+    threads: int | None = None
+    """Threads per process; ``None``: the CPUs available to this rank, at most 8."""
+    nproc: int | None = None
+    backend: str = "auto"
+    device: str = "auto"
+    timeout: float = 120.0
+    quiet: bool = False
+    log_format: str = "text"
+    log_interval: float = 30.0
+    argv: tuple[str, ...] = field(default=(), compare=False)
+    """The command line, for ``--nproc`` to start its ranks with."""
+
+    def __post_init__(self) -> None:
+        for name in ("splits", "variables", "diff_steps", "feature_dims", "argv"):
+            value = _tuple(getattr(self, name))
+            object.__setattr__(
+                self, name, () if value is None and name in ("splits", "argv") else value
+            )
+        if self.split is not None and not self.splits:
+            object.__setattr__(self, "splits", (self.split,))
+        for name in ("output_dir", "summary", "output", "checkpoint"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
+        object.__setattr__(self, "dataset", str(self.dataset))
+
+    @classmethod
+    def of(cls, dataset: str | Path, **options: Any) -> ComputeOptions:
+        """Options from keyword arguments, refusing unknown names clearly."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise WxstatsError(f"unknown option(s) {', '.join(unknown)}")
+        return cls(dataset=str(dataset), **options)
+
+    @property
+    def meps_split(self) -> str:
+        """The split folder of a neural-lam datastore (default ``train``)."""
+        return self.splits[0] if self.splits else "train"

@@ -1,0 +1,147 @@
+"""Which source a dataset needs, and which files a run over it writes.
+
+The one place that knows both sides: a neural-lam datastore YAML gets a
+:class:`~wxstats.sources.meps.MepsSource` and neural-lam's ``static/`` files
+plus ``wxstats_stats.nc``; anything else an
+:class:`~wxstats.sources.xarray.XarraySource` and a statistics file, and
+mllam-data-prep stores ``--write-into``. Every output is checked before any
+data is read, and written all-or-nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from wxstats.core.errors import WxstatsError
+from wxstats.core.stats import Stats
+from wxstats.io.atomic import Writer, check_writable, write_all
+from wxstats.io.formats.netcdf import netcdf_writer
+from wxstats.io.formats.summary import summary_writer
+from wxstats.io.read import NETCDF_NAME
+from wxstats.runtime.options import ComputeOptions
+from wxstats.sources.base import Source
+
+
+def _is_meps(dataset: str) -> bool:
+    return dataset.endswith((".yaml", ".yml"))
+
+
+def open_source(options: ComputeOptions) -> Source:
+    """The source for ``options.dataset``: a neural-lam datastore YAML, else
+    xarray (zarr store, netCDF file, glob of netCDF files)."""
+    if _is_meps(options.dataset):
+        from wxstats.sources.meps import MepsSource
+
+        if len(options.splits) > 1:
+            raise WxstatsError(
+                f"{options.dataset}: a neural-lam datastore takes one --split per run"
+            )
+        _refuse_xarray_options(options)
+        return MepsSource(
+            options.dataset, split=options.meps_split, step_length=options.step_length
+        )
+    from wxstats.sources.xarray import DEFAULT_BLOCK_BYTES, XarrayOptions, XarraySource
+
+    if options.step_length is not None:
+        raise WxstatsError(
+            "--step-length is for neural-lam datastores; for zarr/netCDF give --diff-steps "
+            "(in time steps)"
+        )
+    block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
+    return XarraySource(
+        options.dataset,
+        XarrayOptions(
+            splits=options.splits,
+            variables=options.variables or None,
+            time_dim=options.time_dim,
+            diff_steps=options.diff_steps or None,
+            feature_dims=options.feature_dims,
+            block_bytes=block,
+        ),
+    )
+
+
+def _refuse_xarray_options(options: ComputeOptions) -> None:
+    given = {
+        "--variables": options.variables,
+        "--time-dim": options.time_dim != "time",
+        "--diff-steps": options.diff_steps,
+        "--feature-dims": options.feature_dims is not None,
+        "--output": options.output,
+        "--write-into": options.write_into,
+        "--block-mb": options.block_mb,
+    }
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        raise WxstatsError(
+            f"{options.dataset}: {', '.join(flags)} apply to zarr/netCDF datasets only"
+        )
+
+
+def _write_into(source: Source, stats: Stats | None) -> None:
+    """Check (``stats`` None) or write mllam-data-prep's variables into the store."""
+    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables, write_into_store
+
+    if not getattr(source, "is_mdp", False):
+        raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
+    planned = planned_variables(source.streams)
+    if stats is None:
+        check_store(source.path, planned)
+    else:
+        write_into_store(source.path, mdp_values(stats, planned), planned)
+
+
+def planned_outputs(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """The files a run writes (writers need ``stats``; ``None`` only lists paths)."""
+    from wxstats.io.formats.neurallam import (
+        DEFAULT_LEVEL_WEIGHTS,
+        NEURALLAM_FILES,
+        neurallam_outputs,
+    )
+
+    outputs: dict[Path, Writer | None] = {}
+    if source.kind == "npyfilesmeps":
+        static = options.output_dir or source.static_dir
+        if stats is None:
+            outputs.update({static / name: None for name in NEURALLAM_FILES})
+        else:
+            outputs.update(
+                neurallam_outputs(
+                    stats,
+                    static,
+                    source.step_length,
+                    source.streams[1].name,
+                    source.levels(),
+                    options.level_weights or DEFAULT_LEVEL_WEIGHTS,
+                )
+            )
+        outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
+    else:
+        from wxstats.sources.xarray import output_stem
+
+        output = options.output
+        if output is None and options.summary is None and not options.write_into:
+            output = Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"
+        if output is not None:
+            outputs[Path(output)] = netcdf_writer(stats) if stats else None
+    if options.summary is not None:
+        outputs[Path(options.summary)] = summary_writer(stats) if stats else None
+    return outputs
+
+
+def check_outputs(source: Source, options: ComputeOptions) -> None:
+    """Refuse up front (before hours of work) outputs that exist or cannot be written."""
+    check_writable(list(planned_outputs(source, None, options)), options.overwrite)
+    if options.write_into:
+        _write_into(source, None)
+
+
+def write_outputs(source: Source, stats: Stats, options: ComputeOptions) -> list[Path]:
+    outputs = planned_outputs(source, stats, options)
+    write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
+    if options.write_into:
+        _write_into(source, stats)
+        return [*outputs, Path(source.path)]
+    return list(outputs)

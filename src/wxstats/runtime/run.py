@@ -1,0 +1,228 @@
+"""One run, for any number of processes: source → engine → gather → finalize → writers.
+
+:func:`execute` is ``wxstats compute``: open the source, check the outputs,
+reduce this rank's share of the samples (resuming from a checkpoint if asked),
+combine the ranks' exact sums (:meth:`World.allreduce`), round once, and on
+rank 0 write the outputs. A single process is a world of size one
+(:class:`~wxstats.runtime.job.Solo`); torchrun, Slurm and ``--nproc`` only
+decide how the world is formed (:mod:`wxstats.runtime.launch`).
+:func:`compute` is the same computation for a notebook, returning the
+statistics without writing anything.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from wxstats import __version__
+from wxstats.core.errors import Interrupted, WxstatsError
+from wxstats.core.stats import Stats
+from wxstats.runtime import preload
+from wxstats.runtime.checkpoint import Resumable, resume_hint
+from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.job import ProgressSettings, Solo, World
+from wxstats.runtime.monitor import JobStopped
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import check_outputs, open_source, write_outputs
+from wxstats.sources.base import Source, sample_sizes
+
+
+def partition(n_samples: int, rank: int, world_size: int) -> range:
+    """Contiguous, balanced ranges: every sample exactly once, no padding."""
+    base, extra = divmod(n_samples, world_size)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
+def resumable(options: ComputeOptions) -> Resumable | None:
+    """The checkpoint the options ask for (``None``: no checkpoint)."""
+    if options.checkpoint is None:
+        if options.resume:
+            raise WxstatsError("--resume needs --checkpoint DIR (the folder to resume from)")
+        return None
+    return Resumable(
+        options.checkpoint, resume=options.resume, interval=options.checkpoint_interval
+    )
+
+
+def default_threads() -> int:
+    """The CPUs available to this process, at most 8."""
+    from wxstats.runtime.launch import available_cpus
+
+    return max(1, min(available_cpus(), 8))
+
+
+def compute_source(
+    source: Source,
+    *,
+    skipna: bool = False,
+    threads: int = 1,
+    world: World | None = None,
+    on_sample: Callable[[int], None] | None = None,
+    checkpoint: Resumable | None = None,
+) -> Stats:
+    """Statistics of ``source``: this rank's share, then the exact all-reduce.
+    Byte-identical results for any split of the work.
+
+    With ``checkpoint``, only the samples no earlier run finished are shared
+    out, progress is saved as it goes, and rank 0 adds the earlier runs' exact
+    sums before the all-reduce: the same bytes as one uninterrupted run."""
+    world = world if world is not None else Solo()
+    started = time.time()
+    refs = references(source)
+    todo, carried = range(len(source)), None
+    if checkpoint is not None:
+        todo, carried = checkpoint.start(source, skipna=skipna, world=world)
+    mine = [todo[i] for i in partition(len(todo), world.rank, world.world_size)]
+    acc = empty_accumulator(source)
+    tracking = checkpoint.tracking(acc, on_sample) if checkpoint else nullcontext(on_sample)
+    with tracking as after_sample:
+        accumulate(
+            source, mine, refs, skipna=skipna, threads=threads, on_sample=after_sample, into=acc
+        )
+        if checkpoint is not None:
+            checkpoint.finish()
+        if carried is not None:
+            acc.merge(carried)
+        acc = world.allreduce(acc)
+    stats = acc.extract(source.streams, refs, source.kind)
+    stats.attrs = dict(source.attrs)
+    stats.attrs["skipna"] = int(skipna)
+    stats.run = {
+        "wxstats_version": __version__,
+        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+        "seconds": round(time.time() - started, 3),
+        "host": socket.gethostname(),
+        "user": _user(),
+        "python": platform.python_version(),
+        "world_size": world.world_size,
+        "threads_per_rank": threads,
+        "samples": len(source),
+        "bytes": sum(sample_sizes(source)),
+    }
+    if checkpoint is not None:
+        stats.run["resumed_samples"] = checkpoint.done_before
+    return stats
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def compute(path: str | Path, **options: Any) -> Stats:
+    """Statistics of the dataset at ``path`` (one process, nothing written).
+
+    >>> stats = wxstats.compute("meps.datastore.yaml", split="train")
+    >>> stats.state.mean, stats.state.diff[3].std
+    """
+    opts = ComputeOptions.of(path, **options)
+    source = open_source(opts)
+    return compute_source(source, skipna=opts.skipna, threads=opts.threads or 1)
+
+
+@dataclass
+class Outcome:
+    """How a run ended: its exit status, and on rank 0 what it computed and wrote."""
+
+    code: int
+    stats: Stats | None = None
+    written: list[Path] = field(default_factory=list)
+
+
+def _say(text: str) -> None:
+    print(f"wxstats: {text}", file=sys.stderr, flush=True)
+
+
+def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
+    """``wxstats compute`` on this process of ``world`` (see module docstring).
+
+    Every failure ends as one line naming this process (``rank N:`` in a job)
+    and an exit status; other ranks are told, and stop at their next sample.
+    """
+    try:
+        checkpoint = resumable(options)
+    except WxstatsError as exc:
+        _say(f"error: {exc}")
+        return Outcome(2)
+    if world.rank != 0:
+        warnings.simplefilter("ignore")  # rank 0 reports what concerns the whole job
+    progress = ProgressSettings(
+        "json" if options.log_format == "json" else ("none" if options.quiet else "bar"),
+        options.log_interval,
+    )
+    label = world.label
+    outcome = Outcome(1)
+    interrupted = False
+    try:
+        source = open_source(options)
+        if world.rank == 0:
+            check_outputs(source, options)
+        sizes = sample_sizes(source)
+        # what every rank must agree on (not mtimes: data staged per node is fine)
+        layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
+        world.begin(sizes, layout, progress)
+        world.raise_if_failed()
+        # import the writers' libraries while the (GIL-free) kernel reads the data
+        after_first = preload.after_first() if world.rank == 0 else (lambda index: None)
+
+        def on_sample(index: int) -> None:
+            world.on_sample(sizes[index])
+            after_first(index)
+
+        stats = compute_source(
+            source,
+            skipna=options.skipna,
+            threads=threads,
+            world=world,
+            on_sample=on_sample,
+            checkpoint=checkpoint,
+        )
+        if world.rank == 0:
+            written = write_outputs(source, stats, options)
+            world.succeed()
+            outcome = Outcome(0, stats, written)
+        else:
+            world.wait_result()
+            outcome = Outcome(0)
+    except JobStopped as exc:
+        outcome.code = exc.code or 1
+        if world.rank == 0:
+            _say(f"error: the job stopped: {exc}; no output was written")
+    except Interrupted as exc:
+        outcome.code, interrupted = exc.code, True
+        world.fail(str(exc), exc.code)
+        _say(f"{label}{exc}")
+    except WxstatsError as exc:
+        outcome.code = 2
+        world.fail(str(exc), 2)
+        _say(f"error: {label}{exc}")
+    except KeyboardInterrupt:
+        outcome.code = 130
+        world.fail("interrupted", 130)
+        _say(f"{label}interrupted; no output was written")
+    except Exception as exc:  # noqa: BLE001 - a bug: say where, stop the others
+        world.fail(f"unexpected {type(exc).__name__}: {exc}", 1)
+        traceback.print_exc()
+        _say(f"error: {label}unexpected {type(exc).__name__}")
+    finally:
+        world.close(outcome.code)
+    started = checkpoint is not None and checkpoint.started
+    if outcome.code and started and world.rank == 0 and not interrupted:
+        _say(resume_hint(checkpoint.directory))
+    return outcome

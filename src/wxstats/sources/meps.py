@@ -1,0 +1,285 @@
+"""neural-lam's MEPS layout (``npyfilesmeps``): a datastore YAML and ``.npy`` samples.
+
+One sample per (analysis time, ensemble member) file
+``samples/{split}/nwp_{YYYYMMDDHH}_mbr{NNN}.npy`` of shape
+``(time, y, x, features)``, with the TOA flux of its analysis time in
+``nwp_toa_downwelling_shortwave_flux_{YYYYMMDDHH}.npy`` ``(time, y, x)``.
+The definitions (DESIGN.md §1) are neural-lam's own: state over all time
+steps, flux over steps ``2..T-1``, differences over pairs ``(t, t+s)`` with
+``t + s <= L - 1`` where ``L = (T // s) * s``. Each analysis time is counted
+once per member, unlike neural-lam's file listing.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.core.kernels import Block
+from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
+from wxstats.sources.npy import load_npy, npy_header, prefetch_files
+
+FLUX_FIRST_STEP = 2
+"""neural-lam uses the flux of the target steps only (the first two are inputs)."""
+
+_SAMPLE_RE = re.compile(r"^nwp_(\d{10})_mbr(\d+)\.npy$")
+
+
+@dataclass(frozen=True)
+class MepsSample:
+    path: Path
+    analysis_time: str  # YYYYMMDDHH
+    member: int
+    flux_path: Path
+
+
+def _parse_step_length(value: Any, where: str) -> int:
+    """Hours from an int or a string such as ``3``, ``3h``, ``PT3H``."""
+    if isinstance(value, bool):
+        raise InputError(f"{where}: step_length {value!r} is not a number of hours")
+    if isinstance(value, (int, float)) and float(value).is_integer() and value > 0:
+        return int(value)
+    match = re.fullmatch(r"(?:PT)?(\d+)\s*[hH]?", str(value).strip())
+    if match and int(match.group(1)) > 0:
+        return int(match.group(1))
+    raise InputError(f"{where}: step_length {value!r} is not a positive whole number of hours")
+
+
+def _level_of(long_name: str) -> str:
+    """The vertical level of a MEPS long name: its second-last ``_`` field."""
+    parts = long_name.split("_")
+    return parts[-2] if len(parts) >= 2 else ""
+
+
+class MepsSource:
+    """Samples of one split of a neural-lam MEPS datastore (see module doc)."""
+
+    kind = "npyfilesmeps"
+    exact_per_step = False  # a sample is always read whole: it is the unit
+
+    def __init__(
+        self, config_path: str | Path, split: str = "train", step_length: int | None = None
+    ) -> None:
+        self.config_path = Path(config_path)
+        config = self._read_config(self.config_path)
+        dataset = config.get("dataset") or {}
+        where = str(self.config_path)
+
+        def need(key: str) -> Any:
+            if key in dataset:
+                return dataset[key]
+            if key in config:
+                return config[key]
+            raise InputError(f"{where}: missing key dataset.{key}")
+
+        self.var_names: list[str] = [str(v) for v in need("var_names")]
+        self.var_longnames: list[str] = [
+            str(v) for v in (dataset.get("var_longnames") or self.var_names)
+        ]
+        units = dataset.get("var_units") or [""] * len(self.var_names)
+        self.var_units: list[str] = [str(u) if u is not None else "" for u in units]
+        for key, values in (("var_longnames", self.var_longnames), ("var_units", self.var_units)):
+            if len(values) != len(self.var_names):
+                raise InputError(
+                    f"{where}: dataset.{key} has {len(values)} entries but dataset.var_names "
+                    f"has {len(self.var_names)}"
+                )
+        self.num_timesteps = int(need("num_timesteps"))
+        self.num_members = int(dataset.get("num_ensemble_members", 1))
+        self.removed = sorted(
+            int(i) for i in (dataset.get("remove_state_features_with_index") or [])
+        )
+        grid = config.get("grid_shape_state") or dataset.get("grid_shape_state")
+        if grid is None or len(grid) != 2:
+            raise InputError(f"{where}: grid_shape_state must be [ny, nx]")
+        self.grid_shape = (int(grid[0]), int(grid[1]))
+        self.step_length = (
+            int(step_length)
+            if step_length is not None
+            else _parse_step_length(need("step_length"), where)
+        )
+        if self.step_length < 1 or self.step_length >= self.num_timesteps:
+            raise InputError(
+                f"{where}: step length {self.step_length} h leaves no differences in "
+                f"{self.num_timesteps} time steps"
+            )
+        self.split = split
+        self.samples_dir = self.config_path.parent / "samples" / split
+        self.samples = self._list_samples()
+        self.n_channels = len(self.var_names) + len(self.removed)
+        if self.removed and (self.removed[0] < 0 or self.removed[-1] >= self.n_channels):
+            raise InputError(
+                f"{where}: remove_state_features_with_index {self.removed} is outside the "
+                f"{self.n_channels} features of the samples"
+            )
+        self.channels = np.array(
+            [c for c in range(self.n_channels) if c not in set(self.removed)], dtype=np.int64
+        )
+        self._check_first_sample()
+        steps = (self.step_length,)
+        state = (self.var_names, self.var_units)
+        flux = ([MEPS_FLUX], ["W/m**2"])
+        self.streams = [
+            StreamSpec(
+                "state", *state, steps, self.var_longnames,
+                flat_layout("state", split, *state, self.var_longnames),
+            ),
+            StreamSpec(
+                MEPS_FLUX, *flux, (), [MEPS_FLUX], flat_layout("forcing", split, *flux, [MEPS_FLUX])
+            ),
+        ]  # fmt: skip
+        self.attrs = {
+            "source": self.kind,
+            "datastore_config": str(self.config_path.resolve()),
+            "split": split,
+            "step_length_hours": self.step_length,
+            "num_timesteps": self.num_timesteps,
+            "removed_feature_indices": ",".join(map(str, self.removed)),
+        }
+
+    # -- listing and validation -----------------------------------------
+    @staticmethod
+    def _read_config(path: Path) -> dict[str, Any]:
+        import yaml
+
+        if not path.is_file():
+            raise InputError(f"{path}: datastore config not found")
+        try:
+            config = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: not valid YAML: {exc}") from None
+        if not isinstance(config, dict):
+            raise InputError(f"{path}: expected a mapping with a 'dataset' section")
+        return config
+
+    def _list_samples(self) -> list[MepsSample]:
+        if not self.samples_dir.is_dir():
+            raise InputError(f"{self.samples_dir}: split folder not found")
+        by_key: dict[tuple[str, int], Path] = {}
+        for path in sorted(self.samples_dir.glob("nwp_*_mbr*.npy")):
+            match = _SAMPLE_RE.match(path.name)
+            if not match:
+                continue
+            time, member = match.group(1), int(match.group(2))
+            try:
+                datetime.strptime(time, "%Y%m%d%H")
+            except ValueError:
+                raise InputError(f"{path}: {time} is not a YYYYMMDDHH analysis time") from None
+            if (time, member) in by_key:
+                raise InputError(
+                    f"{path}: duplicate sample: analysis time {time} member {member} is also "
+                    f"{by_key[(time, member)].name}; remove one of them"
+                )
+            by_key[(time, member)] = path
+        if not by_key:
+            raise InputError(f"{self.samples_dir}: no sample files nwp_YYYYMMDDHH_mbrNNN.npy")
+        members_of: dict[str, list[int]] = {}
+        for time, member in by_key:
+            members_of.setdefault(time, []).append(member)
+        all_members = sorted({m for ms in members_of.values() for m in ms})
+        incomplete = {t: ms for t, ms in members_of.items() if sorted(ms) != all_members}
+        if incomplete:
+            shown = ", ".join(f"{t} (has {sorted(ms)})" for t, ms in sorted(incomplete.items())[:5])
+            warnings.warn(
+                f"{self.samples_dir}: {len(incomplete)} analysis time(s) lack some of the "
+                f"members {all_members}: {shown}; the statistics use the samples that exist",
+                stacklevel=2,
+            )
+        samples = []
+        for (time, member), path in sorted(by_key.items()):
+            flux = self.samples_dir / f"nwp_{MEPS_FLUX}_{time}.npy"
+            if not flux.exists():
+                raise InputError(
+                    f"{flux}: flux file missing for analysis time {time} (needed by {path.name})"
+                )
+            samples.append(MepsSample(path, time, member, flux))
+        return samples
+
+    def _check_first_sample(self) -> None:
+        first = self.samples[0].path
+        shape = npy_header(first)[0]
+        if len(shape) == 4 and shape[3] != self.n_channels:
+            raise InputError(
+                f"{first}: has {shape[3]} features, but {self.config_path.name} lists "
+                f"{len(self.var_names)} variables and removes {len(self.removed)}, "
+                f"so {self.n_channels} are expected"
+            )
+        if shape != self.sample_shape:
+            raise InputError(
+                f"{first}: shape {shape} differs from (num_timesteps, *grid_shape_state, "
+                f"features) = {self.sample_shape} in {self.config_path.name}"
+            )
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int, int]:
+        return (self.num_timesteps, *self.grid_shape, self.n_channels)
+
+    # -- the Source protocol ----------------------------------------------
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def describe(self, index: int) -> str:
+        return str(self.samples[index].path)
+
+    def nbytes(self, index: int) -> int:
+        sample = self.samples[index]
+        return sample.path.stat().st_size + sample.flux_path.stat().st_size
+
+    def prefetch(self, index: int) -> None:
+        """Start reading sample ``index`` into the page cache (asynchronous,
+        a hint only: errors are left to :meth:`read`)."""
+        sample = self.samples[index]
+        prefetch_files([sample.path, sample.flux_path])
+
+    def read(self, index: int) -> dict[str, Block]:
+        sample = self.samples[index]
+        t = self.num_timesteps
+        state = load_npy(sample.path, self.sample_shape)
+        flux = load_npy(sample.flux_path, (t, *self.grid_shape))
+        n_grid = self.grid_shape[0] * self.grid_shape[1]
+        s = self.step_length
+        used_length = (t // s) * s
+        return {
+            "state": Block(
+                array=state.reshape(t, n_grid, self.n_channels),
+                channels=self.channels,
+                value_range=(0, t),
+                diff_ranges={s: (s, used_length)},
+            ),
+            MEPS_FLUX: Block(
+                array=flux.reshape(t, n_grid, 1),
+                channels=np.zeros(1, dtype=np.int64),
+                value_range=(FLUX_FIRST_STEP, t),
+            ),
+        }
+
+    def reference_blocks(self) -> dict[str, Block]:
+        return self.read(0)
+
+    def inputs(self) -> list[str]:
+        paths = [self.config_path] + [p for s in self.samples for p in (s.path, s.flux_path)]
+        return [str(p) for p in paths]
+
+    def identity(self) -> dict[str, Any]:
+        files = []
+        for sample in self.samples:
+            for path in (sample.path, sample.flux_path):
+                stat = path.stat()
+                files.append([path.name, stat.st_size, stat.st_mtime_ns])
+        return {"kind": self.kind, "split": self.split, "files": files}
+
+    # -- neural-lam specifics ---------------------------------------------
+    @property
+    def static_dir(self) -> Path:
+        return self.config_path.parent / "static"
+
+    def levels(self) -> list[str]:
+        """Vertical level of each variable, for ``parameter_weights.npy``."""
+        return [_level_of(name) for name in self.var_longnames]

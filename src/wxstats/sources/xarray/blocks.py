@@ -1,0 +1,130 @@
+"""Chunk-aligned blocks of time: which samples there are, and reading one.
+
+Samples are contiguous blocks of time: the union of the splits is cut at the
+storage chunk boundaries along time and consecutive chunks are grouped up to a
+memory budget. Each block also reads the ``max(diff_steps)`` time steps before
+its start (inside the splits), so that every pair ``(t - k, t)`` with both
+times in a split is counted exactly once, attributed to its later time ``t``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.sources.xarray.decode import Decoding, decode_into
+from wxstats.sources.xarray.layout import Variable
+from wxstats.sources.xarray.open import first_line
+from wxstats.sources.xarray.timeaxis import Part, Split
+
+
+@dataclass(frozen=True)
+class TimeBlock:
+    """One sample: values of steps ``[start, stop)``, read from ``first`` on."""
+
+    start: int
+    stop: int
+    first: int  # first step read: start minus the halo the differences need
+
+
+def chunk_bounds(parts: list[Part], variables: list[Variable], time_dim: str) -> set[int]:
+    """Time indices where a storage chunk (or a file) of any variable starts."""
+    bounds = set()
+    for p in parts:
+        bounds.update((p.start, p.start + p.length))
+        for v in variables:
+            if not v.has_time:
+                continue
+            var = p.ds.variables[v.name]
+            enc = var.encoding
+            size = (enc.get("preferred_chunks") or {}).get(time_dim)
+            if enc.get("contiguous"):
+                size = 1  # any slice reads only what it needs
+            elif size is None:
+                chunks = enc.get("chunks") or enc.get("chunksizes")
+                if chunks is not None:
+                    size = chunks[var.dims.index(time_dim)]
+            if size:
+                bounds.update(range(p.start, p.start + p.length, int(size)))
+    return bounds
+
+
+def plan_blocks(
+    splits: list[Split], bounds: set[int], bytes_per_step: int, budget: int, reach: int
+) -> list[TimeBlock]:
+    """Blocks of whole chunks covering the splits, each within ``budget`` bytes
+    (or one chunk), with a halo of ``reach`` steps inside the splits."""
+    budget = max(1, int(budget))
+    intervals: list[list[int]] = []
+    for s in sorted(splits, key=lambda s: s.start):
+        if intervals and s.start <= intervals[-1][1]:
+            intervals[-1][1] = max(intervals[-1][1], s.stop)
+        else:
+            intervals.append([s.start, s.stop])
+    cut_points = sorted(bounds)
+    spans = []
+    for a, b in intervals:
+        cuts = sorted({a, b, *[x for x in cut_points if a < x < b]})
+        start = a
+        for i, cut in enumerate(cuts[1:], start=1):
+            nxt = cuts[i + 1] if i + 1 < len(cuts) else None
+            if nxt is None or (nxt - start) * bytes_per_step > budget:
+                spans.append((start, cut))
+                start = cut
+    out = []
+    for b0, b1 in spans:
+        inside = [s.start for s in splits if s.start < b1 and s.stop > b0]
+        out.append(TimeBlock(b0, b1, max(b0 - reach, min(inside))))
+    return out
+
+
+def read_slab(
+    parts: list[Part],
+    v: Variable,
+    r0: int,
+    r1: int,
+    decodings: dict[tuple[int, str], Decoding],
+    time_dim: str,
+) -> np.ndarray:
+    """Decoded values of steps ``[r0, r1)`` of ``v`` as ``(time, grid, features)``."""
+    shape = (r1 - r0, v.n_grid, v.n_features)
+    order = (time_dim, *v.grid_dims, *v.feature_dims)
+    out = None
+    for i, p in enumerate(parts):
+        a, b = max(r0, p.start), min(r1, p.start + p.length)
+        if a >= b:
+            continue
+        var = p.ds.variables[v.name]
+        try:
+            piece = var.isel({time_dim: slice(a - p.start, b - p.start)})
+            raw = np.asarray(piece.transpose(*order).values)
+        except Exception as exc:  # storage errors of any backend
+            raise InputError(
+                f"{p.path}: variable {v.name}: cannot read {time_dim} steps "
+                f"{a - p.start}..{b - p.start - 1}: {first_line(exc)}"
+            ) from None
+        raw = raw.reshape(b - a, v.n_grid, v.n_features)
+        dec = decodings[(i, v.name)]
+        plain = dec == Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype
+        if plain and (a, b) == (r0, r1):
+            return np.ascontiguousarray(raw)  # nothing to decode: usually no copy
+        if out is None:
+            out = np.empty(shape, dtype=v.out_dtype)
+        decode_into(raw, dec, out[a - r0 : b - r0])
+    return out
+
+
+def read_static(parts: list[Part], v: Variable, decodings: dict[tuple[int, str], Decoding]):
+    """Decoded values of a variable without time, as ``(1, grid, features)``."""
+    out = np.empty((1, v.n_grid, v.n_features), dtype=v.out_dtype)
+    var = parts[0].ds.variables[v.name]
+    try:
+        raw = np.asarray(var.transpose(*v.grid_dims, *v.feature_dims).values)
+    except Exception as exc:  # storage errors of any backend
+        raise InputError(
+            f"{parts[0].path}: variable {v.name}: cannot read: {first_line(exc)}"
+        ) from None
+    decode_into(raw.reshape(1, v.n_grid, v.n_features), decodings[(0, v.name)], out)
+    return out

@@ -1,0 +1,219 @@
+"""Which variables, and how their dimensions split into features and grid.
+
+Each selected variable with the time dimension becomes one stream per split,
+named ``{variable}__{split}``; its features are the product of its feature
+dimensions (vertical levels, ``*_feature``: ``z_500``, ``z_850``) and every
+other dimension (the grid, ensemble members) is reduced. An mllam-data-prep
+store (``state``/``forcing``/``static`` with ``{category}_feature``
+coordinates) is recognised: its categories are the streams, with its feature
+names and units, and ``static`` (no time) is reduced over the grid only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.core.stats import StreamLayout, StreamSpec
+from wxstats.sources.xarray.open import is_zarr
+from wxstats.sources.xarray.timeaxis import Part, Split, label
+
+VERTICAL_DIMS = ("level", "levels", "pressure_level", "isobaricInhPa", "plev", "lev")
+"""Dimensions that are features by default (with any ``*_feature`` dimension):
+a mean over vertical levels is never a useful normalization."""
+MDP_CATEGORIES = ("state", "forcing", "static")
+
+
+def is_mdp(ds: Any) -> bool:
+    """An mllam-data-prep store: a ``state`` variable along ``state_feature``."""
+    return "state" in ds.data_vars and "state_feature" in ds["state"].dims
+
+
+@dataclass
+class Variable:
+    name: str
+    category: str
+    has_time: bool
+    grid_dims: tuple[str, ...]
+    feature_dims: tuple[str, ...]
+    feature_shape: tuple[int, ...]
+    n_grid: int
+    features: list[str]
+    units: list[str]
+    long_names: list[str]
+    coords: dict[str, tuple[tuple[str, ...], Any]]
+    out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
+    raw_itemsize: int = 8
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+
+def _feature_dims_of(
+    name: str, dims: tuple[str, ...], chosen: tuple[str, ...] | None, mdp: bool
+) -> tuple[str, ...]:
+    if mdp and name in MDP_CATEGORIES:
+        extra = chosen or ()
+        return tuple(d for d in dims if d == f"{name}_feature" or d in extra)
+    if chosen is None:
+        return tuple(d for d in dims if d.endswith("_feature") or d in VERTICAL_DIMS)
+    return tuple(d for d in dims if d in chosen)
+
+
+def select_variables(
+    parts: list[Part],
+    path: str,
+    time_dim: str,
+    wanted: tuple[str, ...] | None,
+    feature_dims: tuple[str, ...] | None,
+) -> list[Variable]:
+    """The variables to reduce, checked against every file of the dataset."""
+    ds = parts[0].ds
+    mdp = is_mdp(ds)
+    if wanted is None:
+        if mdp:
+            names = [c for c in MDP_CATEGORIES if c in ds.data_vars]
+        else:
+            names = [
+                str(n)
+                for n, v in ds.data_vars.items()
+                if time_dim in v.dims and np.dtype(v.dtype).kind in "iuf"
+            ]
+            if is_zarr(str(path)):
+                # a zarr 3 store without consolidated metadata lists its arrays
+                # in no fixed order: alphabetical, so that every run agrees
+                names.sort()
+        if not names:
+            raise InputError(
+                f"{path}: no numeric variable has the dimension {time_dim!r}; "
+                "name the time dimension with --time-dim"
+            )
+    else:
+        names = list(dict.fromkeys(wanted))
+        for name in names:
+            if name not in ds.data_vars:
+                raise InputError(
+                    f"{path}: no variable {name!r} (variables: {', '.join(map(str, ds.data_vars))})"
+                )
+            static_ok = mdp and name == "static"
+            if time_dim not in ds[name].dims and not static_ok:
+                raise InputError(
+                    f"{path}: variable {name} has no {time_dim} dimension (dimensions: "
+                    f"{', '.join(ds[name].dims)}); statistics are over time and splits, "
+                    "leave it out of --variables"
+                )
+    if feature_dims:
+        present = {d for n in names for d in ds[n].dims}
+        missing = [d for d in feature_dims if d not in present]
+        if missing:
+            raise InputError(
+                f"{path}: --feature-dims {', '.join(missing)}: no selected variable has "
+                "such a dimension"
+            )
+    out = [_variable(ds, name, path, time_dim, feature_dims, mdp) for name in names]
+    for p in parts[1:]:
+        for v in out:
+            if not v.has_time:
+                continue
+            if v.name not in p.ds.data_vars:
+                raise InputError(f"{p.path}: variable {v.name} is missing from this file")
+            other = p.ds[v.name]
+            same = other.dims == ds[v.name].dims and all(
+                other.sizes[d] == ds[v.name].sizes[d] for d in other.dims if d != time_dim
+            )
+            if not same:
+                raise InputError(
+                    f"{p.path}: variable {v.name} has dimensions {dict(other.sizes)}, but "
+                    f"{parts[0].path} has {dict(ds[v.name].sizes)}"
+                )
+    return out
+
+
+def _variable(
+    ds: Any, name: str, path: str, time_dim: str, chosen: tuple[str, ...] | None, mdp: bool
+) -> Variable:
+    da = ds[name]
+    where = f"{path}: variable {name}"
+    if np.dtype(da.dtype).kind not in "iuf":
+        raise InputError(f"{where}: dtype {da.dtype} is not numeric")
+    has_time = time_dim in da.dims
+    fdims = _feature_dims_of(name, tuple(map(str, da.dims)), chosen, mdp)
+    gdims = tuple(str(d) for d in da.dims if d != time_dim and d not in fdims)
+    shape = tuple(int(da.sizes[d]) for d in fdims)
+    n_grid = int(np.prod([da.sizes[d] for d in gdims], dtype=np.int64))
+    labels = []
+    coords: dict[str, tuple[tuple[str, ...], Any]] = {}
+    for d in fdims:
+        if d in ds.coords and ds[d].dims == (d,):
+            values = np.asarray(ds[d].values)
+            coords[d] = ((d,), values)
+        else:
+            values = np.arange(da.sizes[d])
+        labels.append([label(x) for x in values])
+    category = name if mdp and name in MDP_CATEGORIES else "state"
+    prefixed = not any(d.endswith("_feature") for d in fdims)
+    features, units, long_names = [], [], []
+    base_units = str(da.attrs.get("units", ""))
+    base_long = str(da.attrs.get("long_name", name))
+    for combo in np.ndindex(*shape) if shape else [()]:
+        parts = [labels[i][j] for i, j in enumerate(combo)]
+        features.append("_".join(([name] if prefixed else []) + parts) if parts else name)
+        units.append(base_units)
+        where_in = ", ".join(
+            f"{d}={labels[i][j]}" for i, (d, j) in enumerate(zip(fdims, combo, strict=True))
+        )
+        long_names.append(f"{base_long} ({where_in})" if where_in else base_long)
+    if mdp and category in MDP_CATEGORIES and len(fdims) == 1:
+        dim = fdims[0]
+        for suffix in ("units", "long_name"):
+            coord = f"{dim}_{suffix}"
+            if coord in ds.coords and ds[coord].dims == (dim,):
+                values = [label(x) for x in np.asarray(ds[coord].values)]
+                coords[coord] = ((dim,), np.asarray(values, dtype=object))
+                if suffix == "units":
+                    units = values
+                else:
+                    long_names = values
+    if len(set(features)) != len(features):
+        raise InputError(f"{where}: feature names repeat ({', '.join(features[:6])}, ...)")
+    if n_grid == 0 or not features:
+        raise InputError(f"{where}: has no values (a dimension of size 0)")
+    return Variable(
+        name=name,
+        category=category,
+        has_time=has_time,
+        grid_dims=gdims,
+        feature_dims=fdims,
+        feature_shape=shape,
+        n_grid=n_grid,
+        features=features,
+        units=units,
+        long_names=long_names,
+        coords=coords,
+    )
+
+
+def stream_specs(
+    variables: list[Variable], splits: list[Split], steps: tuple[int, ...]
+) -> list[StreamSpec]:
+    """One stream per (split, variable), named ``{variable}__{split}``, laid out
+    for ``{variable}__{split}__{op}`` files."""
+    streams = []
+    for split in splits:
+        for v in variables:
+            layout = StreamLayout(
+                prefix=v.name,
+                split=split.name,
+                feature_dims=v.feature_dims,
+                feature_shape=v.feature_shape,
+                coords=v.coords,
+                category=v.category,
+            )
+            name = f"{v.name}__{split.name}"
+            diff_steps = steps if v.has_time else ()
+            streams.append(StreamSpec(name, v.features, v.units, diff_steps, v.long_names, layout))
+    return streams

@@ -1,0 +1,82 @@
+"""Opening what the user named: a zarr store (folder or URL), a netCDF file, or a
+glob of netCDF files; one clear line for whatever goes wrong."""
+
+from __future__ import annotations
+
+import glob as globlib
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from wxstats.core.errors import InputError
+
+NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
+
+
+def is_url(text: str) -> bool:
+    return "://" in text
+
+
+def is_glob(text: str) -> bool:
+    return not is_url(text) and any(c in text for c in "*?[")
+
+
+def is_zarr(text: str) -> bool:
+    stripped = text.rstrip("/")
+    if stripped.endswith(".zarr"):
+        return True
+    if is_url(text):
+        return not stripped.lower().endswith(NETCDF_SUFFIXES)
+    path = Path(text)
+    return path.is_dir() and any(
+        (path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json", ".zarray")
+    )
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def open_one(text: str):
+    import xarray as xr
+
+    kwargs = {"mask_and_scale": False, "decode_timedelta": False, "cache": False, "chunks": None}
+    if not is_url(text) and not Path(text).exists():
+        raise InputError(f"{text}: dataset not found")
+    if not is_url(text) and Path(text).is_dir() and not is_zarr(text):
+        raise InputError(f"{text}: a folder that is not a zarr store (no .zgroup or zarr.json)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if is_zarr(text):
+                return xr.open_dataset(text, engine="zarr", **kwargs)
+            return xr.open_dataset(text, **kwargs)
+    except ImportError as exc:
+        raise InputError(
+            f"{text}: opening it needs the Python package {exc.name or 'for its protocol'} "
+            "(e.g. fsspec and s3fs/gcsfs for remote stores)"
+        ) from None
+    except Exception as exc:  # backends raise many kinds; the user needs one line
+        raise InputError(f"{text}: cannot open with xarray: {first_line(exc)}") from None
+
+
+def open_parts(text: str) -> list[tuple[str, Any]]:
+    if is_glob(text):
+        files = sorted(globlib.glob(text))
+        if not files:
+            raise InputError(f"{text}: no files match this pattern")
+        return [(f, open_one(f)) for f in files]
+    return [(text, open_one(text))]
+
+
+def output_stem(path: str | Path) -> str:
+    """A file name stem for the statistics of ``path`` (``era5.nc`` -> ``era5``)."""
+    name = str(path).rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".zarr", *NETCDF_SUFFIXES):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    name = re.sub(r"[*?\[\]]", "", name).strip("._-")
+    return name or "dataset"

@@ -1,0 +1,286 @@
+"""The time axis: files in time order, its values, sortedness and spacing, and
+the splits (``NAME=START/END`` intervals or an mllam-data-prep store's own).
+
+The time axis must be sorted; each split must be regularly spaced, because a
+difference over ``k`` steps must mean the same time lag everywhere. Splits are
+``NAME=START/END`` intervals, inclusive, selected like xarray's
+``ds.sel(time=slice(START, END))``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.sources.xarray.open import first_line
+
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Split:
+    name: str
+    start: int  # first time index
+    stop: int  # one past the last
+    label: str  # the interval as given or resolved
+
+
+@dataclass
+class Part:
+    """One opened file (or store) and where its times sit on the whole axis."""
+
+    path: str
+    ds: Any  # xarray.Dataset, opened lazily without decoding
+    start: int
+    length: int
+
+
+def fmt_time(value: Any) -> str:
+    if isinstance(value, np.datetime64):
+        import pandas as pd
+
+        return pd.Timestamp(value).isoformat()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, (np.integer, int)):
+        return str(int(value))
+    return repr(float(value)) if isinstance(value, (np.floating, float)) else str(value)
+
+
+def time_values(ds: Any, time_dim: str, where: str) -> np.ndarray:
+    if time_dim not in ds.dims:
+        raise InputError(
+            f"{where}: no dimension {time_dim!r} (dimensions: {', '.join(map(str, ds.dims))}); "
+            "name the time dimension with --time-dim"
+        )
+    if time_dim in ds.indexes:
+        return np.asarray(ds.indexes[time_dim])
+    return np.arange(ds.sizes[time_dim])
+
+
+def _later(values: np.ndarray) -> np.ndarray:
+    """values[i + 1] > values[i], for datetimes, numbers and cftime objects."""
+    if values.dtype == object:
+        return np.array([b > a for a, b in zip(values[:-1], values[1:], strict=True)], dtype=bool)
+    return values[1:] > values[:-1]
+
+
+def check_sorted(values: np.ndarray, time_dim: str, where_of) -> None:
+    ok = _later(values)
+    if not ok.all():
+        i = int(np.argmin(ok)) + 1
+        raise InputError(
+            f"{where_of(i)}: {time_dim} is not sorted: {time_dim}[{i}] = "
+            f"{fmt_time(values[i])} does not come after {time_dim}[{i - 1}] = "
+            f"{fmt_time(values[i - 1])}; sort the dataset by time and drop duplicates"
+        )
+
+
+def check_regular(values: np.ndarray, split: Split, time_dim: str, where_of) -> None:
+    v = values[split.start : split.stop]
+    if v.shape[0] < 3:
+        return
+    if v.dtype == object:
+        steps = [b - a for a, b in zip(v[:-1], v[1:], strict=True)]
+        bad = [j for j, s in enumerate(steps) if s != steps[0]]
+    else:
+        steps = np.diff(v)
+        if v.dtype.kind == "f":
+            same = np.isclose(steps, steps[0], rtol=1e-9, atol=0.0)
+        else:
+            same = steps == steps[0]
+        bad = np.flatnonzero(~same).tolist()
+    if bad:
+        i = split.start + bad[0] + 1
+        raise InputError(
+            f"{where_of(i)}: {time_dim} is irregular in split {split.name}: {time_dim}[{i}] = "
+            f"{fmt_time(values[i])} comes {fmt_delta(steps[bad[0]])} after the previous "
+            f"step, but the split starts with steps of {fmt_delta(steps[0])}; differences "
+            "over k steps need equally spaced times (choose split bounds inside a regular part)"
+        )
+
+
+def fmt_delta(delta: Any) -> str:
+    if isinstance(delta, np.timedelta64):
+        import pandas as pd
+
+        return str(pd.Timedelta(delta))
+    return str(delta)
+
+
+def time_index(values: np.ndarray):
+    import pandas as pd
+
+    if values.dtype == object:
+        import xarray as xr
+
+        return xr.CFTimeIndex(values)
+    return pd.Index(values)
+
+
+def parse_split(spec: str) -> tuple[str, str | None, str | None]:
+    name, sep, interval = spec.partition("=")
+    name = name.strip()
+    if not _SPLIT_NAME.match(name) or "__" in name:
+        raise InputError(
+            f"--split {spec!r}: the split name must be letters, digits, '_', '-' or '.' "
+            "(no '__', which separates the parts of the output names)"
+        )
+    if not sep:
+        return name, None, None
+    start, slash, end = interval.partition("/")
+    if not slash or not start.strip() or not end.strip():
+        raise InputError(
+            f"--split {spec!r}: expected NAME=START/END, an inclusive ISO 8601 interval such as "
+            "train=2019-03-01T00:00/2019-03-20T23:00"
+        )
+    return name, start.strip(), end.strip()
+
+
+def select(index, values: np.ndarray, name: str, start: str, end: str, time_dim: str) -> slice:
+    try:
+        if values.dtype.kind in "iuf":
+            lo, hi = float(start), float(end)
+            return slice(
+                int(np.searchsorted(values, lo, "left")), int(np.searchsorted(values, hi, "right"))
+            )
+        found = index.slice_indexer(start, end)
+        return slice(
+            int(found.start or 0), int(values.shape[0] if found.stop is None else found.stop)
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(
+            f"split {name}: cannot read {start!r}/{end!r} as times of {time_dim} "
+            f"({values.dtype}): {first_line(exc)}"
+        ) from None
+
+
+def label(value: Any) -> str:
+    """A coordinate value as text (``500.0`` -> ``500``)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (np.floating, float)) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
+
+
+def _bound(value: Any) -> str:
+    """A split bound of an mllam-data-prep ``splits`` variable as a string."""
+    v = np.asarray(value)
+    if v.dtype.kind == "M":
+        return fmt_time(v[()])
+    return label(v.item())
+
+
+def along_time(opened: list[tuple[str, Any]], time_dim: str, path: str) -> list[Part]:
+    """The opened files in time order, each with its offset on the whole axis."""
+    starts = []
+    for where, ds in opened:
+        values = time_values(ds, time_dim, where)
+        if values.shape[0]:
+            starts.append((values[0], where, ds, values.shape[0]))
+    if not starts:
+        raise InputError(f"{path}: the {time_dim} dimension is empty")
+    if len(starts) > 1:
+        starts.sort(key=lambda s: s[0])
+    parts, offset = [], 0
+    for _, where, ds, length in starts:
+        parts.append(Part(where, ds, offset, int(length)))
+        offset += int(length)
+    return parts
+
+
+def where_in(parts: list[Part], time_index: int, default: str) -> str:
+    """The file holding a time index (for messages)."""
+    for p in parts:
+        if p.start <= time_index < p.start + p.length:
+            return p.path
+    return default
+
+
+def diff_steps(steps: tuple[int, ...] | None) -> tuple[int, ...]:
+    steps = steps if steps is not None else (1,)
+    if not steps or any(int(k) < 1 for k in steps):
+        raise InputError(f"--diff-steps {steps}: steps must be positive whole numbers")
+    return tuple(sorted({int(k) for k in steps}))
+
+
+def mdp_splits(ds: Any) -> dict[str, tuple[str, str]]:
+    """The splits an mllam-data-prep store defines in its ``splits`` variable."""
+    if "splits" not in ds.variables or set(ds["splits"].dims) != {"split_name", "split_part"}:
+        return {}
+    da = ds["splits"].load()
+    out = {}
+    for name in da["split_name"].values:
+        row = da.sel(split_name=name)
+        out[label(name)] = tuple(
+            _bound(row.sel(split_part=part).values) for part in ("start", "end")
+        )
+    return out
+
+
+def resolve_splits(
+    specs: tuple[str, ...],
+    defined: dict[str, tuple[str, str]],
+    variable_names: list[str],
+    times: np.ndarray,
+    time_dim: str,
+    path: str,
+    where_of: Callable[[int], str],
+) -> list[Split]:
+    """The splits asked for (default: a store's splits with statistics, else
+    all of them, else one split ``train`` over all times), checked."""
+    specs = list(specs)
+    if not specs and defined:
+        with_stats = [
+            n
+            for n in defined
+            if any(re.match(rf"^\w+__{re.escape(n)}__", v) for v in variable_names)
+        ]
+        specs = with_stats or list(defined)
+    resolved: list[tuple[str, str | None, str | None]] = []
+    for spec in specs:
+        name, start, end = parse_split(spec)
+        if start is None:
+            if name not in defined:
+                known = f" (the store defines {', '.join(defined)})" if defined else ""
+                raise InputError(f"--split {name}: give the interval as NAME=START/END{known}")
+            start, end = defined[name]
+        resolved.append((name, start, end))
+    if not resolved:
+        resolved = [("train", None, None)]
+    names = [r[0] for r in resolved]
+    if len(set(names)) != len(names):
+        raise InputError(f"--split: split names must differ (got {', '.join(names)})")
+    index = time_index(times)
+    n_times = int(times.shape[0])
+    first, last = fmt_time(times[0]), fmt_time(times[-1])
+    splits = []
+    for name, start, end in resolved:
+        if start is None:
+            split = Split(name, 0, n_times, f"{first}/{last}")
+        else:
+            found = select(index, times, name, start, end, time_dim)
+            if found.stop <= found.start:
+                raise InputError(
+                    f"{path}: split {name} ({start}/{end}) selects no time steps: "
+                    f"{time_dim} runs from {first} to {last}"
+                )
+            split = Split(name, found.start, found.stop, f"{start}/{end}")
+        check_regular(times, split, time_dim, where_of)
+        if split.stop - split.start == 1:
+            warnings.warn(
+                f"split {name} has one time step ({fmt_time(times[split.start])}): "
+                "no differences; its difference statistics are absent",
+                stacklevel=2,
+            )
+        splits.append(split)
+    return splits

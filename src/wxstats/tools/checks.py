@@ -1,0 +1,106 @@
+"""Sanity checks on a statistics set: what a user should look at before training.
+
+Each check names the variable and says why it matters. The thresholds are
+deliberately loose: a warning here is a hint to look, not a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from wxstats.core.stats import Stats, StreamStats
+
+FLOAT32_EPS = 2.0**-24
+RESOLUTION_LIMIT = 1e-3
+"""Warn when float32 storage resolves a variable's spread worse than 0.1 %."""
+OUTLIER_SIGMAS = 30.0
+"""Warn when min or max lie further than this many std from the mean."""
+UNCORRELATED_RATIO = 1.5
+"""diff_std/std of independent steps is sqrt(2); above 1.5 the steps look like noise."""
+POSITIVE_UNITS = {"K": "temperature in kelvin", "Pa": "pressure", "hPa": "pressure"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    category: str
+    variable: str
+    message: str
+
+
+def _value(stream: StreamStats, op: str, i: int) -> float | None:
+    values = stream.op(op)
+    return float(values[i]) if values is not None else None
+
+
+def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
+    found: list[Finding] = []
+    for i, name in enumerate(stream.features):
+
+        def add(message: str, name: str = name) -> None:
+            found.append(Finding(category, name, message))
+
+        count, nan = _value(stream, "count", i), _value(stream, "nan_count", i)
+        mean, std = _value(stream, "mean", i), _value(stream, "std", i)
+        lo, hi = _value(stream, "min", i), _value(stream, "max", i)
+        unit = stream.units[i]
+        if count is not None and count == 0:
+            add("no values at all")
+            continue
+        if nan:
+            total = nan + (count or 0)
+            add(f"{int(nan)} NaN values ({100 * nan / total:.3g} %), left out of the statistics")
+        if std is not None and (std == 0 or (lo is not None and lo == hi)):
+            add("constant field (std 0, min == max): standardizing divides by zero")
+        elif std is not None and mean is not None and std > 0:
+            resolution = abs(mean) * FLOAT32_EPS / std
+            if resolution > RESOLUTION_LIMIT:
+                add(
+                    f"std is only {std / abs(mean):.2g} of |mean|: float32 data resolve "
+                    f"its variation to {100 * resolution:.2g} %"
+                )
+            for bound, label in ((hi, "max"), (lo, "min")):
+                if bound is not None and abs(bound - mean) / std > OUTLIER_SIGMAS:
+                    side = "above" if bound > mean else "below"
+                    add(
+                        f"{label} {bound:.6g} is {abs(bound - mean) / std:.0f} std {side} the "
+                        "mean: outliers or fill values?"
+                    )
+        if unit in POSITIVE_UNITS:
+            lowest = lo if lo is not None else mean
+            if lowest is not None and lowest < 0:
+                add(
+                    f"negative {'minimum' if lo is not None else 'mean'} {lowest:.6g} {unit}: "
+                    f"impossible for a {POSITIVE_UNITS[unit]}"
+                )
+        for step in sorted(stream.diff, key=str):
+            ratio = stream.standardized_diff(step)[1]
+            if std is None or std == 0 or not math.isfinite(ratio[i]):
+                continue
+            tag = f"step {step}" if step is not None else "one step"
+            if ratio[i] == 0:
+                add(f"never changes over {tag} (diff_std 0): a static field in the state?")
+            elif ratio[i] > UNCORRELATED_RATIO:
+                add(
+                    f"diff_std/std = {ratio[i]:.3g} over {tag}: consecutive steps look "
+                    "uncorrelated (noise, or shuffled time?)"
+                )
+    return found
+
+
+def findings(stats: Stats, split: str | None = None) -> list[Finding]:
+    """Every finding of every category of ``split``, in variable order."""
+    out: list[Finding] = []
+    for category, stream in stats.by_category(split).items():
+        out.extend(_stream_findings(category, stream))
+    return out
+
+
+def standardized_range(stream: StreamStats) -> tuple[np.ndarray, np.ndarray] | None:
+    """((min - mean) / std, (max - mean) / std): how far the extremes reach, in std."""
+    if stream.minimum is None or stream.maximum is None:
+        return None
+    safe = np.where(stream.std > 0, stream.std, np.nan)
+    return (stream.minimum - stream.mean) / safe, (stream.maximum - stream.mean) / safe

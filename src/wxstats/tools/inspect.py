@@ -1,0 +1,156 @@
+"""What ``wxstats compute`` would do, without doing it (``wxstats inspect``).
+
+Lists the source kind, samples, variables and bytes to read, the files a run
+would write (and which exist already), and estimates the run time from two
+rates measured now on this machine with the first sample:
+
+- the raw-read rate: reading the sample's arrays and summing them in float32
+  (the limit any tool reaching every byte has); measured on the first touch,
+  so it is the disk's rate unless the file is already in the page cache;
+- the compute rate of one thread: the real per-sample kernel, timed on a
+  second pass over the same (now cached) sample.
+
+estimate = total bytes / min(raw-read rate, compute rate × threads). The
+raw read is measured single-threaded, so on a parallel file system the run
+can be faster than the estimate; on a cold, slow disk the first-touch rate is
+what the whole run sees.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.runtime.options import ComputeOptions
+from wxstats.sources.base import Source, sample_sizes
+
+
+@dataclass
+class Plan:
+    """The answer of :func:`inspect_dataset`."""
+
+    path: Path
+    kind: str
+    split: str
+    samples: int
+    streams: list[tuple[str, list[str]]]
+    total_bytes: int
+    first_sample: str
+    outputs: list[tuple[Path, bool]] = field(default_factory=list)
+    read_gbps: float | None = None
+    compute_gbps: float | None = None
+    threads: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def estimate_s(self) -> float | None:
+        if not self.read_gbps or not self.compute_gbps:
+            return None
+        return self.total_bytes / (min(self.read_gbps, self.compute_gbps * self.threads) * 1e9)
+
+
+def _raw_read_seconds(source: Source, index: int) -> float:
+    started = time.perf_counter()
+    total = 0.0
+    for block in source.read(index).values():
+        total += float(np.sum(block.array, dtype=np.float32))
+    return time.perf_counter() - started
+
+
+def measure(source: Source, skipna: bool, notes: list[str]) -> tuple[float | None, float | None]:
+    """(raw-read GB/s, one-thread compute GB/s) on sample 0 (see module docstring)."""
+    from wxstats.runtime.engine import references, sample_accumulator
+
+    nbytes = source.nbytes(0)
+    read_s = _raw_read_seconds(source, 0)
+    try:
+        refs = references(source)
+        sample_accumulator(source, 0, refs, skipna)  # warm-up: loads the compiled kernel
+        started = time.perf_counter()
+        sample_accumulator(source, 0, refs, skipna)
+        compute_s = time.perf_counter() - started
+    except InputError as exc:
+        notes.append(f"the first sample fails, so would the run: {exc}")
+        compute_s = None
+    read = nbytes / read_s / 1e9 if read_s > 0 else None
+    compute = nbytes / compute_s / 1e9 if compute_s else None
+    return read, compute
+
+
+def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
+    """The plan of a ``compute`` run with ``options``."""
+    from wxstats.runtime.outputs import open_source, planned_outputs
+
+    source = open_source(options)
+    plan = Plan(
+        path=Path(options.dataset),
+        kind=source.kind,
+        split=", ".join(options.splits) or "train",
+        samples=len(source),
+        streams=[(s.name, list(s.features)) for s in source.streams],
+        total_bytes=sum(sample_sizes(source)),
+        first_sample=source.describe(0),
+        threads=options.threads or 1,
+    )
+    plan.outputs = [(p, p.exists()) for p in planned_outputs(source, None, options)]
+    existing = [p for p, exists in plan.outputs if exists]
+    if existing and not options.overwrite:
+        plan.notes.append(
+            f"{len(existing)} output(s) exist: compute would refuse without --overwrite"
+        )
+    if run_measure:
+        plan.read_gbps, plan.compute_gbps = measure(source, options.skipna, plan.notes)
+    return plan
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} TB"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.2g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_plan(plan: Plan) -> str:
+    lines = [
+        f"dataset:   {plan.path}",
+        f"kind:      {plan.kind}, split {plan.split}",
+        f"samples:   {plan.samples} (first: {plan.first_sample})",
+        f"to read:   {_size(plan.total_bytes)} ({plan.total_bytes} bytes)",
+    ]
+    for name, features in plan.streams:
+        shown = ", ".join(features[:20]) + (", ..." if len(features) > 20 else "")
+        lines.append(f"stream {name}: {len(features)} variable(s): {shown}")
+    lines.append("would write:")
+    for path, exists in plan.outputs:
+        lines.append(f"  {path}{'  (exists)' if exists else ''}")
+    if plan.read_gbps is not None:
+        lines.append(
+            f"measured now on sample 0: raw read {plan.read_gbps:.3g} GB/s, "
+            + (
+                f"compute {plan.compute_gbps:.3g} GB/s per thread"
+                if plan.compute_gbps
+                else "compute not measured"
+            )
+        )
+    if plan.estimate_s is not None:
+        lines.append(
+            f"estimated time: {_duration(plan.estimate_s)} with {plan.threads} thread(s) "
+            "(bytes / min(raw read, compute x threads))"
+        )
+    else:
+        lines.append("estimated time: not measured")
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)

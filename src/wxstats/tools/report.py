@@ -1,0 +1,215 @@
+"""Human-readable views of statistics: the terminal table, and the report
+(a PNG figure and a self-contained HTML page) of any statistics set.
+
+The report reads files through :mod:`wxstats.io.read`, so it works on what
+users have: wxstats' netCDF (of any source) or JSON summary, a neural-lam
+``static/`` folder or an mllam-data-prep zarr (showing what each of them holds).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import numpy as np
+
+from wxstats.core.stats import Stats, StreamStats
+
+REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
+
+
+def _g(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def format_table(stats: Stats) -> str:
+    """A table of the state (and forcing) statistics, as plain text; without a
+    "state" stream (zarr/netCDF runs), one table per stream."""
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
+    if "state" not in stats.streams:
+        for name, stream in stats.streams.items():
+            console.print(_rich_table(stream, f"wxstats: {name}"))
+        return buffer.getvalue().rstrip()
+    console.print(_rich_table(stats.state, f"wxstats: {stats.source_kind} state statistics"))
+    for stream in stats.forcing.values():
+        for f, feature in enumerate(stream.features):
+            console.print(
+                f"forcing {feature}: mean {_g(stream.mean[f])} std {_g(stream.std[f])} "
+                f"min {_g(stream.minimum[f])} max {_g(stream.maximum[f])} "
+                f"count {int(stream.count[f])}"
+            )
+    return buffer.getvalue().rstrip()
+
+
+def _rich_table(state, title: str):
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in ("variable", "units", "mean", "std", "min", "max"):
+        table.add_column(column, justify="left" if column in ("variable", "units") else "right")
+    steps = sorted(state.diff)
+    for k in steps:
+        table.add_column(f"diff{k} mean", justify="right")
+        table.add_column(f"diff{k} std", justify="right")
+        table.add_column(f"diff{k} std/std", justify="right")
+    for f, name in enumerate(state.features):
+        row = [
+            name,
+            state.units[f],
+            _g(state.mean[f]),
+            _g(state.std[f]),
+            _g(state.minimum[f]),
+            _g(state.maximum[f]),
+        ]
+        for k in steps:
+            _, std_ratio = state.standardized_diff(k)
+            row += [_g(state.diff[k].mean[f]), _g(state.diff[k].std[f]), _g(std_ratio[f])]
+        table.add_row(*row)
+    return table
+
+
+# -- the report ---------------------------------------------------------------
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin-bottom: 1.5em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; }
+td.num { text-align: right; font-family: monospace; }
+tr:nth-child(even) { background: #f4f4f4; }
+tr.warn td:first-child { color: #c0392b; font-weight: bold; }
+.warn { color: #c0392b; }
+img { max-width: 100%; }
+"""
+
+
+def _num(value: float) -> str:
+    if not np.isfinite(value):
+        return str(value)
+    return f"{int(value)}" if float(value).is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+
+
+def _title(stats: Stats, split: str | None) -> str:
+    split = f", split {split}" if split else ""
+    return f"wxstats report: {stats.origin} ({stats.source_kind}{split})"
+
+
+def _run_lines(stats: Stats) -> list[str]:
+    keys = ("samples", "bytes", "seconds", "world_size", "wxstats_version", "started", "host")
+    return [f"{k}: {stats.run[k]}" for k in keys if k in stats.run]
+
+
+def _html_stream_table(
+    category: str, stream: StreamStats, flags: dict[tuple[str, str], list[str]]
+) -> str:
+    steps = sorted(stream.diff, key=str)
+    shown = ("count", "nan_count", "mean", "std", "min", "max")
+    ops = [op for op in shown if stream.op(op) is not None]
+    head = ["variable", "units", *ops]
+    for k in steps:
+        tag = f"diff{k if k is not None else ''}"
+        head += [f"{tag} mean", f"{tag} std", f"{tag} std/std"]
+    head.append("warnings")
+    rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
+    diffs = {
+        k: (stream.diff[k].mean, stream.diff[k].std, stream.standardized_diff(k)[1]) for k in steps
+    }
+    for i, name in enumerate(stream.features):
+        notes = flags.get((category, name), [])
+        cells = [f"<td>{html.escape(name)}</td>", f"<td>{html.escape(stream.units[i])}</td>"]
+        for op in ops:
+            cells.append(f'<td class="num">{_num(stream.op(op)[i])}</td>')
+        for k in steps:
+            tag = f"diff{k if k is not None else ''}"
+            for op, values in zip(("mean", "std", "std_standardized"), diffs[k], strict=True):
+                mark = " †" if f"{tag} {op}" in stream.derived else ""
+                cells.append(f'<td class="num">{_num(values[i])}{mark}</td>')
+        cells.append(f"<td>{'<br>'.join(html.escape(n) for n in notes)}</td>")
+        row_class = ' class="warn"' if notes else ""
+        rows.append(f"<tr{row_class}>" + "".join(cells) + "</tr>")
+    return "<table>\n" + "\n".join(rows) + "\n</table>"
+
+
+def report_html(
+    stats: Stats,
+    groups: dict[str, StreamStats],
+    flags: dict[tuple[str, str], list[str]],
+    png: bytes,
+    title: str,
+) -> str:
+    """A self-contained page: the figure inlined as base64, tables, warnings."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    counts = ", ".join(f"{len(s.features)} {c} variable(s)" for c, s in groups.items())
+    parts.append(f"<p>{html.escape(counts)}</p>")
+    run = _run_lines(stats)
+    if run:
+        parts.append("<p>" + "<br>".join(html.escape(line) for line in run) + "</p>")
+    parts.append(f"<h2>Warnings ({sum(len(v) for v in flags.values())})</h2>")
+    if flags:
+        items = [
+            f"<li><b>{html.escape(name)}</b> ({html.escape(cat)}): {html.escape(msg)}</li>"
+            for (cat, name), messages in flags.items()
+            for msg in messages
+        ]
+        parts.append('<ul class="warn">' + "".join(items) + "</ul>")
+    else:
+        parts.append("<p>none: no constant fields or suspicious ranges</p>")
+    if stats.warnings:
+        parts.append("<h3>Warnings stored by the run that wrote the file</h3><ul>")
+        parts += [f"<li>{html.escape(w)}</li>" for w in stats.warnings]
+        parts.append("</ul>")
+    encoded = base64.b64encode(png).decode("ascii")
+    parts.append(
+        f'<h2>Figure</h2><img alt="per-variable statistics" src="data:image/png;base64,{encoded}">'
+    )
+    for category, stream in groups.items():
+        parts.append(f"<h2>{html.escape(category)}</h2>")
+        parts.append(_html_stream_table(category, stream, flags))
+    if any(s.derived for s in groups.values()):
+        parts.append(
+            "<p>† not in the file: derived from the other scale with the std "
+            "(raw difference = standardized difference × std)</p>"
+        )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    path: str | Path, out_dir: str | Path, split: str | None = None
+) -> tuple[list[Path], list]:
+    """Read the statistics at ``path``; write the PNG and HTML report into ``out_dir``.
+    Returns the files written and the :class:`~wxstats.tools.checks.Finding` list.
+
+    Earlier reports of the same name are replaced (atomically: a failed run
+    leaves the old ones).
+    """
+    from wxstats.io.atomic import write_all
+    from wxstats.io.read import read_stats
+    from wxstats.tools.checks import findings
+    from wxstats.tools.figure import render_png
+
+    stats = read_stats(path, split)
+    chosen = split or (stats.splits()[0] if stats.splits() else None)
+    groups = stats.by_category(chosen)
+    found = findings(stats, chosen)
+    flags: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        flags.setdefault((f.category, f.variable), []).append(f.message)
+    title = _title(stats, chosen)
+    png = render_png(groups, flags, title)
+    page = report_html(stats, groups, flags, png, title)
+    out = Path(out_dir)
+    targets = [out / name for name in REPORT_NAMES]
+    write_all(
+        {targets[0]: lambda p: p.write_bytes(png), targets[1]: lambda p: p.write_text(page)},
+        overwrite=True,
+    )
+    return targets, found

@@ -1,1 +1,0 @@
-"""Output writers: they know statistics, never the layout of a source's files."""

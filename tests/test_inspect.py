@@ -1,0 +1,87 @@
+"""wxstats inspect: the plan matches the files on disk, and nothing is written."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from wxstats.cli import main
+from wxstats.runtime.options import ComputeOptions
+from wxstats.tools.inspect import Plan, inspect_dataset
+
+
+def _tree(root) -> dict[str, tuple[int, int]]:
+    return {
+        str(p): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_plan_matches_the_files(meps_small):
+    before = _tree(meps_small.parent)
+    plan = inspect_dataset(
+        ComputeOptions(dataset=meps_small, threads=2, output_dir=meps_small.parent / "o")
+    )
+    assert _tree(meps_small.parent) == before  # inspect writes nothing
+    assert not (meps_small.parent / "o").exists()
+    train = meps_small.parent / "samples" / "train"
+    samples = sorted(train.glob("nwp_2*_mbr*.npy"))
+    fluxes = sorted(train.glob("nwp_toa_downwelling_shortwave_flux_*.npy"))
+    assert plan.kind == "npyfilesmeps" and plan.samples == len(samples) == 10
+    # every member file once, and its analysis time's flux file once per member
+    members = len(samples) // len(fluxes)
+    expected = sum(os.path.getsize(p) for p in samples) + members * sum(
+        os.path.getsize(p) for p in fluxes
+    )
+    assert plan.total_bytes == expected
+    state = dict(plan.streams)["state"]
+    assert len(state) == 17 and state[0] == "pres_0g"
+    names = {p.name for p, _ in plan.outputs}
+    assert {"parameter_mean.pt", "diff_std.pt", "wxstats_stats.nc"} <= names
+    # the formula itself: test_estimate_uses_the_slower_rate, with numbers worked by hand
+    assert plan.read_gbps > 0 and plan.compute_gbps > 0 and plan.estimate_s > 0
+
+
+def test_estimate_uses_the_slower_rate():
+    plan = Plan("p", "k", "train", 1, [], int(10e9), "x", read_gbps=2.0, compute_gbps=0.5)
+    assert plan.estimate_s == 20.0  # 10 GB at 0.5 GB/s with one thread
+    plan.threads = 8
+    assert plan.estimate_s == 5.0  # 4 GB/s of compute, the 2 GB/s read limits
+    plan.compute_gbps = None
+    assert plan.estimate_s is None
+
+
+def test_cli_inspect(meps_small, capsys):
+    assert main(["inspect", str(meps_small), "--threads", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "samples:   10" in out and "npyfilesmeps" in out and "z_500" in out
+    assert "estimated time:" in out and "3 thread(s)" in out and "raw read" in out
+    assert main(["inspect", str(meps_small), "--no-measure"]) == 0
+    assert "estimated time: not measured" in capsys.readouterr().out
+
+
+def test_cli_inspect_bad_input(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_inspect_reports_a_first_sample_that_would_fail(meps_copy, capsys):
+    import numpy as np
+
+    first = sorted((meps_copy.parent / "samples" / "train").glob("nwp_2*_mbr*.npy"))[0]
+    x = np.load(first)
+    x[5, 3, 3, 6] = np.nan
+    np.save(first, x)
+    assert main(["inspect", str(meps_copy)]) == 0
+    out = capsys.readouterr().out
+    assert "first sample fails" in out and "t_2" in out and "--skipna" in out
+
+
+def test_inspect_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["inspect", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "wxstats inspect " in out

@@ -1,0 +1,517 @@
+"""Parallel runs through PyTorch Distributed: --nproc, torchrun (one node and
+two), failures, resuming, and byte-identical results.
+
+Every parallel run is compared with a single-process run of the same data
+(itself checked against the float64 two-pass reference), file by file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from distributed_helpers import (
+    assert_identical_outputs,
+    compute_args,
+    env,
+    make_odd_dataset,
+    odd_dataset_with_single_run,
+    processes_mentioning,
+    run,
+    sample_path,
+    world_size_of,
+    wxstats_cmd,
+)
+
+from wxstats.cli import main
+from wxstats.runtime.job import resolve_backend
+from wxstats.runtime.launch import (
+    Launch,
+    free_port,
+)
+
+pytestmark = pytest.mark.slow  # processes started: the full tier, not the quick loop
+
+# -- runs: byte identity -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory):
+    """(config, reference output dir): 11 samples and a single-process run."""
+    return odd_dataset_with_single_run(tmp_path_factory.mktemp("odd"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7])
+def test_nproc_is_byte_identical(odd, tmp_path, n):
+    config, reference = odd
+    out = tmp_path / "out"
+    args = compute_args(config, out, "--nproc", str(n))
+    if n == 2:
+        args.remove("--quiet")  # and look at what the user sees
+    result = run(wxstats_cmd(*args))
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == n
+    assert_identical_outputs(reference, out)
+    assert not processes_mentioning(str(config))
+    if n == 2:
+        # one closing progress line from rank 0 with every rank's samples; one table
+        assert result.stderr.count("wxstats: 11 samples") == 1, result.stderr
+        assert "on 2 ranks" in result.stderr and "GB/s" in result.stderr
+        assert result.stdout.count("pres_0g") == 1
+        # the warning about the missing member comes once (rank 0), not per rank
+        assert result.stderr.count("lack some of the members") == 1
+
+
+def test_more_ranks_than_samples(tmp_path):
+    config = make_odd_dataset(tmp_path / "data", analysis_times=2)  # 3 samples
+    reference = tmp_path / "single"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing member
+        assert main(compute_args(config, reference)) == 0
+    out = tmp_path / "out"
+    result = run(wxstats_cmd(*compute_args(config, out, "--nproc", "4")))
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == 4
+    assert_identical_outputs(reference, out)
+
+
+# -- torchrun -------------------------------------------------------------------------------
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torchrun_single_node(odd, tmp_path, n):
+    config, reference = odd
+    out = tmp_path / "out"
+    # N = 3 runs the installed ``wxstats`` command under torchrun, N = 2 the module
+    target = ["--no-python", "wxstats"] if n == 3 else ["-m", "wxstats"]
+    cmd = _torchrun(
+        "--nproc-per-node",
+        str(n),
+        "--master-port",
+        str(free_port()),
+        *target,
+        *compute_args(config, out),
+    )
+    result = run(cmd)
+    assert result.returncode == 0, result.stderr
+    assert world_size_of(out) == n
+    assert_identical_outputs(reference, out)
+
+
+def test_torchrun_two_nodes(odd, tmp_path):
+    """Two torchrun agents (--nnodes 2) meeting at a c10d rendezvous on 127.0.0.1,
+    two ranks each: a world of 4."""
+    config, reference = odd
+    out = tmp_path / "out"
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [
+        subprocess.Popen(
+            _torchrun(
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--nproc-per-node",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                "wxstats-test",
+                "-m",
+                "wxstats",
+                *compute_args(config, out),
+            ),
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for node in (0, 1)
+    ]
+    try:
+        results = [p.communicate(timeout=240) for p in nodes]
+    finally:
+        for p in nodes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in nodes] == [0, 0], results
+    assert world_size_of(out) == 4
+    assert_identical_outputs(reference, out)
+
+
+# -- failures --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def odd_copy(odd, tmp_path):
+    config, _ = odd
+    shutil.copytree(config.parent, tmp_path / "data", ignore=shutil.ignore_patterns("static"))
+    return tmp_path / "data" / config.name
+
+
+def test_a_bad_file_on_one_rank_stops_the_job(odd_copy, tmp_path):
+    bad = sample_path(odd_copy, 9)  # with 3 ranks (4, 4, 3 samples): rank 2's
+    bad.write_bytes(bad.read_bytes()[:1000])
+    out = tmp_path / "out"
+    started = time.monotonic()
+    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3")))
+    assert result.returncode == 2
+    assert f"rank 2: {bad}: truncated" in result.stderr
+    assert "the job stopped: rank 2 failed" in result.stderr  # rank 0's summary
+    assert "Traceback" not in result.stderr
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))
+    assert time.monotonic() - started < 120
+
+
+def test_existing_outputs_stop_every_rank(odd_copy, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parameter_std.pt").write_bytes(b"keep me")
+    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "2")))
+    assert result.returncode == 2
+    assert "rank 0: output exists" in result.stderr and "--overwrite" in result.stderr
+    assert (out / "parameter_std.pt").read_bytes() == b"keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["parameter_std.pt"]
+    assert not processes_mentioning(str(odd_copy))
+
+
+def _hang_on_sample(config: Path, index: int) -> tuple[Path, threading.Event]:
+    """Replace sample ``index`` by a FIFO: the rank reading it blocks; the
+    event is set at the moment it opens the file."""
+    fifo = sample_path(config, index)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "wb"):  # returns when the reader opens the FIFO
+            opened.set()
+            time.sleep(3600)
+
+    threading.Thread(target=writer, daemon=True).start()
+    return fifo, opened
+
+
+def _pids_holding(path: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if any(os.path.realpath(fd) == str(path) for fd in (proc / "fd").iterdir()):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return [p for p in pids if p != os.getpid()]
+
+
+def _wait_for_holder(path: Path, seconds: float = 60.0) -> list[int]:
+    """The process reading ``path``: the prefetch hint opens and closes the file
+    before the read that blocks, so look until the reader holds it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pids = _pids_holding(path)
+        if pids:
+            time.sleep(0.2)  # let a prefetching open/close pass; take a steady holder
+            steady = _pids_holding(path)
+            if steady:
+                return steady
+        time.sleep(0.05)
+    return []
+
+
+def test_a_killed_rank_under_nproc_stops_the_job(odd_copy, tmp_path):
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    job = subprocess.Popen(
+        wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3", "--threads", "1")),
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        (victim,) = _wait_for_holder(fifo)
+        os.kill(victim, signal.SIGKILL)
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 1
+    assert "rank 1 of 3 was killed by SIGKILL" in err
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))
+
+
+def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
+    """Ranks started by hand (as a scheduler would): no parent watches them, the
+    heartbeat in the job's store must end the survivors within --timeout."""
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    port = str(free_port())
+    ranks = []
+    for rank in range(3):
+        env_ = env()
+        env_.update(RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        ranks.append(
+            subprocess.Popen(
+                wxstats_cmd(*compute_args(odd_copy, out, "--threads", "1", "--timeout", "5")),
+                env=env_,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        os.kill(ranks[1].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        errs = [p.communicate(timeout=60)[1] for p in (ranks[0], ranks[2])]
+        took = time.monotonic() - killed_at
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert ranks[0].returncode == 1 and ranks[2].returncode == 1, errs
+    assert "rank 1 failed: no sign of life for 5 s" in errs[0]
+    assert errs[1] == ""  # rank 2 stays quiet
+    assert took < 5 + 30
+    assert not out.exists() or not any(out.iterdir())
+
+
+# -- GPUs (NCCL) ---------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+def test_nccl_on_cuda_is_byte_identical(odd, tmp_path):
+    config, reference = odd
+    n = min(torch.cuda.device_count(), 2)
+    out = tmp_path / "out"
+    cmd = wxstats_cmd(
+        *compute_args(config, out, "--nproc", str(n), "--backend", "nccl", "--device", "cuda")
+    )
+    result = run(cmd)
+    assert result.returncode == 0, result.stderr
+    assert_identical_outputs(reference, out)
+
+
+@needs_cuda
+def test_auto_picks_nccl_with_a_gpu_per_rank():
+    launch = Launch("nproc", 0, 1, 0, 1, "127.0.0.1", 1)
+    assert resolve_backend("auto", "auto", launch) == ("nccl", "cuda:0")
+
+
+def test_nproc_is_refused_inside_a_job_of_ranks(odd, monkeypatch, capsys):
+    config, _ = odd
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    assert main(["compute", str(config), "--nproc", "2"]) == 2
+    assert "do not combine it with torchrun" in capsys.readouterr().err
+
+
+# -- killed and resumed (--checkpoint, --resume) -----------------------------------------------
+
+
+def _done_in(folder: Path) -> set[int]:
+    import numpy as np
+
+    done: set[int] = set()
+    for path in folder.glob("part-*.npz"):
+        with np.load(path) as part:
+            done.update(part["done"].tolist())
+    return done
+
+
+def _start_job(args: list[str]) -> subprocess.Popen:
+    """A job in its own session, so that the whole of it can be killed at once."""
+    return subprocess.Popen(
+        wxstats_cmd(*args), env=env(), stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _wait_until(condition, job: subprocess.Popen, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert job.poll() is None, f"the job ended first: {job.communicate()[1]}"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+class _Blocker:
+    """Once the run has recorded what the data is (its checkpoint manifest),
+    swap sample ``index`` for a FIFO, so that the rank reading it blocks there;
+    :meth:`restore` puts the very same file back (bytes and modification time)."""
+
+    def __init__(self, config: Path, index: int, keep: Path) -> None:
+        self.path = sample_path(config, index)
+        self.keep = keep
+        shutil.copy2(self.path, keep)
+        self.stat = self.path.stat()
+
+    def block(self) -> Path:
+        fifo, self.opened = _hang_on_sample_path(self.path)
+        return fifo
+
+    def restore(self) -> None:
+        self.path.unlink()
+        shutil.copy2(self.keep, self.path)
+        os.utime(self.path, ns=(self.stat.st_atime_ns, self.stat.st_mtime_ns))
+
+
+def _hang_on_sample_path(fifo: Path) -> tuple[Path, threading.Event]:
+    fifo.unlink()
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        with open(fifo, "wb"):
+            opened.set()
+            time.sleep(3600)
+
+    threading.Thread(target=writer, daemon=True).start()
+    return fifo, opened
+
+
+def _block_rank_1_at_its_last_sample(odd_copy: Path, tmp_path: Path, *extra: str):
+    """Start ``--nproc 2`` with a checkpoint saved after every sample; return
+    (job, blocker, pid of rank 1) once rank 1 is stuck on sample 10, after
+    saving samples 6 to 9 (rank 0 has 0 to 5)."""
+    ck = tmp_path / "ck"
+    blocker = _Blocker(odd_copy, 10, tmp_path / "sample10.npy")
+    args = compute_args(odd_copy, tmp_path / "killed", "--nproc", "2", "--threads", "1")
+    job = _start_job([*args, "--checkpoint", str(ck), "--checkpoint-interval", "0", *extra])
+    _wait_until((ck / "manifest.json").exists, job)
+    fifo = blocker.block()
+    _wait_until(blocker.opened.is_set, job)
+    (holder,) = _wait_for_holder(fifo)
+    return job, blocker, holder
+
+
+def _resume(config: Path, ck: Path, out: Path, *launch: str) -> None:
+    args = compute_args(config, out, "--checkpoint", str(ck), "--resume", *launch)
+    result = run(wxstats_cmd(*args))
+    assert result.returncode == 0, result.stderr
+
+
+def test_sigkill_part_way_then_resume_with_1_and_3_ranks(odd, odd_copy, tmp_path):
+    _, reference = odd
+    job, blocker, _ = _block_rank_1_at_its_last_sample(odd_copy, tmp_path)
+    try:
+        os.killpg(job.pid, signal.SIGKILL)  # the whole job at once, as a lost node
+        job.wait(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    blocker.restore()
+    done = _done_in(tmp_path / "ck")
+    assert {6, 7, 8, 9} <= done and 10 not in done, done
+    assert not processes_mentioning(str(odd_copy))
+    for n in (1, 3):
+        ck = tmp_path / f"ck{n}"
+        shutil.copytree(tmp_path / "ck", ck)
+        out = tmp_path / f"out{n}"
+        _resume(odd_copy, ck, out, "--nproc", str(n))
+        assert world_size_of(out) == n
+        assert_identical_outputs(reference, out, same_path=False)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["run"]["resumed_samples"] == len(done)
+
+
+def test_sigkill_while_saving_then_resume_under_torchrun(odd, odd_copy, tmp_path):
+    """Ranks that save after every sample spend most of their time writing part
+    files: kill the job at once when the first appears, twice, then finish."""
+    _, reference = odd
+    ck = tmp_path / "ck"
+    for attempt, launch in enumerate([("--nproc", "2"), ("--nproc", "3")]):
+        args = compute_args(odd_copy, tmp_path / "killed", *launch, "--checkpoint", str(ck))
+        args += ["--checkpoint-interval", "0"] + (["--resume"] if attempt else [])
+        before = set(ck.glob("part-*.npz"))
+        job = _start_job(args)
+        try:
+            deadline = time.monotonic() + 120
+            while job.poll() is None and time.monotonic() < deadline:
+                if set(ck.glob("part-*.npz")) - before:
+                    break
+                time.sleep(0.001)
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+    assert len(_done_in(ck)) < 11  # killed part-way (the finished case is tested above)
+    out = tmp_path / "out"
+    cmd = _torchrun("--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "wxstats")
+    result = run(cmd + compute_args(odd_copy, out, "--checkpoint", str(ck), "--resume"))
+    assert result.returncode == 0, result.stderr
+    assert_identical_outputs(reference, out, same_path=False)
+
+
+def test_sigterm_stops_after_saving_and_a_single_process_resumes(odd, odd_copy, tmp_path):
+    _, reference = odd
+    job, blocker, _ = _block_rank_1_at_its_last_sample(odd_copy, tmp_path, "--timeout", "3")
+    try:
+        job.send_signal(signal.SIGTERM)  # to the launcher: it passes it on to the ranks
+        _, err = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 143, err
+    assert "rank 0: interrupted by SIGTERM" in err and "--resume to continue" in err
+    assert "interrupted by SIGTERM; all ranks stopped, no output was written" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "killed").exists() or not any((tmp_path / "killed").iterdir())
+    assert not processes_mentioning(str(odd_copy))
+    blocker.restore()
+    assert {6, 7, 8, 9} <= _done_in(tmp_path / "ck")
+    out = tmp_path / "out"
+    assert main(compute_args(odd_copy, out, "--checkpoint", str(tmp_path / "ck"), "--resume")) == 0
+    assert_identical_outputs(reference, out, same_path=False)
+
+
+def test_a_killed_rank_under_torchrun_stops_the_job(odd_copy, tmp_path):
+    fifo, opened = _hang_on_sample(odd_copy, 5)  # rank 1 of 3
+    out = tmp_path / "out"
+    cmd = _torchrun("--nproc-per-node", "3", "--master-port", str(free_port()), "-m", "wxstats")
+    job = subprocess.Popen(
+        cmd + compute_args(odd_copy, out, "--threads", "1", "--timeout", "10"),
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert opened.wait(120), "no rank opened the sample"
+        (victim,) = _wait_for_holder(fifo)
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = job.communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode != 0
+    assert "Signal 9 (SIGKILL)" in err, err
+    assert took < 10 + 30
+    assert not out.exists() or not any(out.iterdir())
+    assert not processes_mentioning(str(odd_copy))

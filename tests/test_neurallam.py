@@ -1,0 +1,83 @@
+"""The neural-lam file contract, the statistics file, and atomic writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+
+from reference import assert_close, meps_reference
+from wxstats.core.errors import WxstatsError
+from wxstats.io import atomic
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.outputs import open_source, write_outputs
+from wxstats.runtime.run import compute_source
+
+
+@pytest.fixture(scope="module")
+def written(meps_small, tmp_path_factory):
+    out = tmp_path_factory.mktemp("written")
+    source = open_source(ComputeOptions(dataset=meps_small))
+    stats = compute_source(source)
+    write_outputs(source, stats, ComputeOptions(output_dir=out))
+    return out, meps_reference(meps_small)
+
+
+def test_neural_lam_file_contract(written):
+    out, ref = written
+    for name in ("parameter_mean.pt", "parameter_std.pt", "diff_mean.pt", "diff_std.pt"):
+        t = torch.load(out / name, weights_only=True)
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.float32 and tuple(t.shape) == (17,)
+    flux = torch.load(out / "flux_stats.pt", weights_only=True)
+    assert flux.dtype == torch.float32 and tuple(flux.shape) == (2,)
+    assert_close(flux.numpy(), ref["flux"][1:], 1e-7, "flux_stats")
+    std = torch.load(out / "parameter_std.pt", weights_only=True).numpy()
+    assert_close(std, ref["std"], 1e-7, "parameter_std")
+    # diff_*.pt are on the standardized scale: statistics of (x[t+s]-x[t]) / std
+    dstd = torch.load(out / "diff_std.pt", weights_only=True).numpy()
+    assert_close(dstd, ref["diff_std"] / ref["std"], 1e-7, "diff_std standardized")
+    dmean = torch.load(out / "diff_mean.pt", weights_only=True).numpy()
+    assert_close(dmean, ref["diff_mean"] / ref["std"], 1e-6, "diff_mean standardized")
+    w = np.load(out / "parameter_weights.npy")
+    assert w.dtype == np.float32 and w.shape == (17,)
+    # pres_0g (level 0), r_2 (2), r_65 (65), t_500, z_1000, z_500
+    assert w[0] == np.float32(0.1) and w[4] == np.float32(1.0) and w[5] == np.float32(0.065)
+    assert w[8] == np.float32(0.03) and w[15] == np.float32(0.1) and w[9] == np.float32(0.05)
+
+
+def test_statistics_file_is_self_describing_float64(written):
+    out, ref = written
+    ds = xr.open_dataset(out / "wxstats_stats.nc")
+    assert ds["state__train__mean"].dtype == np.float64
+    assert list(ds["state_feature"].values)[:2] == ["pres_0g", "pres_0s"]
+    assert ds["state_feature_units"].values[0] == "Pa"
+    assert_close(ds["state__train__std"].values, ref["std"], 1e-10, "std in nc")
+    assert_close(
+        ds["state__train__diff_std"].sel(diff_step=3).values, ref["diff_std"], 1e-10, "diff"
+    )
+    assert "exact" in ds.attrs["method"]
+    ds.close()
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path):
+    target = tmp_path / "a.txt"
+    target.write_text("old")
+
+    def good(p):
+        p.write_text("new")
+
+    def bad(p):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(WxstatsError, match="nothing was replaced"):
+        atomic.write_all({target: good, tmp_path / "b.txt": bad}, overwrite=True)
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_unwritable_output_folder_is_reported_up_front(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(WxstatsError, match="not writable"):
+        atomic.check_writable([blocker / "sub" / "x.pt"], overwrite=False)

@@ -1,0 +1,148 @@
+"""Outputs of zarr/netCDF runs: the statistics file, the JSON summary, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import xarray as xr
+from gridded_data import gridded, reference, write_zarr
+
+from reference import assert_close
+from wxstats.cli import main
+
+SPLITS = [
+    "--split",
+    "train=2021-01-01T00/2021-01-01T09",
+    "--split",
+    "val=2021-01-01T10/2021-01-01T15",
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("out")
+    ds, truth = gridded(n_time=16)
+    write_zarr(ds, root / "era.zarr", time_chunk=4)
+    return root / "era.zarr", truth
+
+
+def test_statistics_file_names_shapes_and_values(store, tmp_path):
+    path, truth = store
+    out = tmp_path / "s.nc"
+    args = ["compute", str(path), *SPLITS, "--diff-steps", "1,3", "--output", str(out), "--quiet"]
+    assert main(args) == 0
+    ds = xr.open_dataset(out)
+    assert ds["t2m__train__mean"].dims == () and ds["t2m__train__mean"].dtype == np.float64
+    assert ds["z__val__std"].dims == ("level",) and list(ds["level"].values) == [500, 850]
+    assert ds["z__val__diff_std"].dims == ("diff_step", "level")
+    assert list(ds["diff_step"].values) == [1, 3]
+    assert ds["msl__train__mean"].attrs["units"] == "hPa"
+    ref = reference(truth["z"], 10, 16, (1, 3))
+    assert_close(ds["z__val__std"].values, ref["std"], 1e-10, "z val std")
+    assert_close(ds["z__val__diff_std"].sel(diff_step=3).values, ref["diff"][3]["std"], 1e-10)
+    std = ds["z__val__std"].values
+    assert_close(
+        ds["z__val__diff_std_standardized"].sel(diff_step=1).values, ref["diff"][1]["std"] / std
+    )
+    assert ds.attrs["source_layout"] == "generic" and ds.attrs["split"] == "train,val"
+    ds.close()
+
+
+def test_summary_has_the_meps_schema_per_split(store, tmp_path):
+    path, truth = store
+    out = tmp_path / "s.json"
+    assert main(["compute", str(path), *SPLITS, "--summary", str(out), "--quiet"]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["variables"] == ["msl", "t2m", "z_500", "z_850"]  # zarr: alphabetical
+    assert set(summary) >= {"variables", "units", "state", "diff", "forcing", "run", "splits"}
+    assert list(summary["splits"]) == ["train", "val"]
+    val = summary["splits"]["val"]
+    assert "run" not in val and val["variables"] == summary["variables"]
+    ref = reference(truth["msl"], 10, 16, (1,))
+    assert val["state"]["std"][0] == pytest.approx(ref["std"][0], rel=1e-10)
+    assert val["diff"]["1"]["count"][0] == 5 * 6 * 7
+    assert summary["state"] == summary["splits"]["train"]["state"]
+    assert not (tmp_path / "era.stats.nc").exists()  # --summary alone: no default file
+
+
+def test_default_output_file_and_overwrite(store, tmp_path, capsys):
+    path, _ = store
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["compute", str(path)]) == 0
+        assert (tmp_path / "era.stats.nc").exists()
+        printed = capsys.readouterr().out
+        assert "t2m__train" in printed and "z_850" in printed
+        assert main(["compute", str(path)]) == 2
+        assert "--overwrite" in capsys.readouterr().err
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--split", "x=2030-01-01/2030-01-02"], "selects no time steps"),
+        (["--diff-steps", "1,x"], "--diff-steps expects positive whole numbers"),
+        (["--step-length", "3"], "--diff-steps"),
+        (["--variables", "orog"], "has no time dimension"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2(store, tmp_path, capsys, args, message):
+    path, _ = store
+    argv = ["compute", str(path), "--output", str(tmp_path / "o.nc"), *args]
+    if "1,x" in args:  # refused by argparse
+        with pytest.raises(SystemExit, match="2"):
+            main(argv)
+    else:
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "o.nc").exists()
+
+
+def test_zarr_options_are_refused_for_a_meps_datastore(meps_small, capsys):
+    assert main(["compute", str(meps_small), "--diff-steps", "3", "--quiet"]) == 2
+    assert "--diff-steps apply to zarr/netCDF datasets only" in capsys.readouterr().err
+    assert main(["compute", str(meps_small), "--split", "train", "--split", "val"]) == 2
+
+
+def test_report_and_compare_read_what_compute_writes_for_zarr(store, tmp_path, capsys):
+    """The statistics file and summary of a plain zarr run read back as one model:
+    report draws every feature, compare finds the file and the JSON equal, and the
+    values read are the reference's."""
+    from wxstats.io.read import read_stats
+
+    path, truth = store
+    out, summary = tmp_path / "s.nc", tmp_path / "s.json"
+    args = ["compute", str(path), *SPLITS, "--output", str(out), "--summary", str(summary)]
+    assert main([*args, "--quiet", "--skipna"]) == 0
+    stats = read_stats(out, "val")
+    state = stats.state  # t2m, z_500, z_850, msl of split val, one after the other
+    assert state.features == ["msl", "t2m", "z_500", "z_850"]
+    ref = reference(truth["z"], 10, 16, (1,))
+    assert_close(state.std[2:], ref["std"], 1e-10, "z std read back")
+    assert_close(state.diff[1].std[2:], ref["diff"][1]["std"], 1e-10, "z diff std read back")
+    assert main(["report", str(out), "--split", "val", "-o", str(tmp_path / "r")]) == 0
+    page = (tmp_path / "r" / "wxstats_report.html").read_text()
+    assert all(f">{name}<" in page for name in state.features)
+    capsys.readouterr()
+    assert main(["compare", str(out), str(summary), "--rtol", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "same within rtol 0" in text and "z_850" in text
+    assert main(["compare", str(out), str(summary), "--split", "val", "--rtol", "0"]) == 0
+
+
+def test_a_dataset_variable_named_state_is_one_variable_among_others(tmp_path, capsys):
+    ds, _ = gridded(n_time=6)
+    ds = ds[["t2m", "msl"]].rename(t2m="state")
+    write_zarr(ds, tmp_path / "d.zarr")
+    out = tmp_path / "s.nc"
+    assert main(["compute", str(tmp_path / "d.zarr"), "--output", str(out), "--quiet"]) == 0
+    assert main(["report", str(out), "-o", str(tmp_path / "r")]) == 0
+    page = (tmp_path / "r" / "wxstats_report.html").read_text()
+    assert ">msl<" in page and ">state<" in page
