@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -146,16 +147,22 @@ def world_size_of(out: Path) -> int:
     return int(json.loads((out / "summary.json").read_text())["run"]["world_size"])
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """PIDs whose command line contains ``text`` (to prove nothing was left running)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            pids.append(int(entry.name))
-    return pids
+def processes_mentioning(text: str, within: float = 15.0) -> list[int]:
+    """PIDs whose command line contains ``text`` (to prove nothing was left
+    running). A process sent SIGKILL a moment ago may still be tearing down its
+    memory, so look again until none is left or ``within`` seconds pass."""
+    deadline = time.monotonic() + within
+    while True:
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                pids.append(int(entry.name))
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.2)
