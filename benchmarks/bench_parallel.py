@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(SRC))
-    from wxstats.example import ExampleSpec, write_example
+    from wxstats.tools.example import ExampleSpec, write_example
 
     config = args.directory / "meps.datastore.yaml"
     if not config.exists():

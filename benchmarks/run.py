@@ -5,7 +5,7 @@ One command, run from a clone (``PYTHONPATH=src`` or an installed wxstats):
     python benchmarks/run.py                 # 3 GB, memory also at 6 GB
     python benchmarks/run.py --size-gb 3 --sizes 3 6 --repeat 3 --keep
 
-It writes a MEPS-like dataset with :mod:`wxstats.example` (neural-lam's
+It writes a MEPS-like dataset with :mod:`wxstats.tools.example` (neural-lam's
 ``npyfilesmeps`` layout, MEPS grid 238 x 268, 65 steps, 18 features) in a
 temporary folder (deleted afterwards unless ``--keep``), warms the page cache,
 and prints, measured in the same run on the same files:
@@ -46,7 +46,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from wxstats.example import ExampleSpec, write_example  # noqa: E402
+from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 
 GB = 1e9
 MEMBERS = 2
@@ -400,7 +400,7 @@ def run(args, sizes: list[float], work: Path, results: dict) -> int:
         print("  neural-lam: not installed (import neural_lam failed); not measured")
         results["neural_lam_s"] = None
     summary = summary_of(subset, work / "subset-out")
-    from wxstats.example import REMOVED_INDEX, VARIABLES
+    from wxstats.tools.example import REMOVED_INDEX, VARIABLES
 
     kept = [f for f in range(len(VARIABLES) + 1) if f != REMOVED_INDEX]
     t_xr, xr_bytes, xr_stats = xarray_dask(subset, work, kept)

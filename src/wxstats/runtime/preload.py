@@ -1,8 +1,8 @@
 """Import the writers' heavy libraries in the background while data is read.
 
-``torch`` (for the neural-lam ``.pt`` files) and ``xarray`` (for the netCDF
-file; it also imports dask when it builds a Dataset) take seconds to import,
-longer than reading gigabytes of warm data.
+``torch`` (for the neural-lam ``.pt`` files) takes seconds to import, longer
+than reading gigabytes of warm data; ``netCDF4`` writes the statistics file.
+Only what a run writes is imported: a zarr run never pays for torch.
 They are only needed at the end of a run, so :func:`start` imports them in a
 thread while the kernel (which releases the GIL) works; the writers' own
 ``import`` then finds them loaded. A failed import is left for the writer to
@@ -16,7 +16,8 @@ import importlib
 import threading
 from collections.abc import Callable
 
-WRITER_MODULES = ("torch", "xarray", "dask.array")
+WRITER_MODULES = ("torch", "netCDF4")
+"""What a neural-lam run writes with; other runs import only ``netCDF4``."""
 
 
 def _import_all(names: tuple[str, ...]) -> None:

@@ -179,7 +179,8 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         world.begin(sizes, layout, progress)
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
-        after_first = preload.after_first() if world.rank == 0 else (lambda index: None)
+        modules = preload.WRITER_MODULES if source.kind == "npyfilesmeps" else ("netCDF4",)
+        after_first = preload.after_first(modules) if world.rank == 0 else (lambda index: None)
 
         def on_sample(index: int) -> None:
             world.on_sample(sizes[index])

@@ -29,6 +29,7 @@ from wxstats.core.stats import (
     StreamStats,
 )
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.ncwrite import write_netcdf
 
 TITLE = "wxstats normalization statistics"
 METHOD = (
@@ -58,10 +59,8 @@ def _variable(values: Any, layout: StreamLayout, extra_dims: tuple[str, ...], at
     return (extra_dims + tuple(layout.feature_dims), array, attrs)
 
 
-def stats_dataset(stats: Stats):
-    """The statistics as an ``xarray.Dataset`` (see module docstring)."""
-    import xarray as xr
-
+def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]:
+    """The statistics as ``(data_vars, coords, attrs)`` (see module docstring)."""
     data_vars = {}
     coords: dict[str, Any] = {}
     all_steps = {k for stream in stats.streams.values() for k in stream.diff}
@@ -97,14 +96,23 @@ def stats_dataset(stats: Stats):
         "wxstats_run": json.dumps(stats.run, sort_keys=True),
     }
     attrs.update({f"source_{k}": v for k, v in stats.attrs.items()})
+    return data_vars, coords, attrs
+
+
+def stats_dataset(stats: Stats):
+    """The statistics as an ``xarray.Dataset`` (see module docstring)."""
+    import xarray as xr
+
+    data_vars, coords, attrs = stats_variables(stats)
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
 
 
 def netcdf_writer(stats: Stats) -> Writer:
-    dataset = stats_dataset(stats)
+    """Writes with netCDF4 directly: an ``xarray.Dataset`` would import dask."""
+    data_vars, coords, attrs = stats_variables(stats)
 
     def write(path: Path) -> None:
-        dataset.to_netcdf(path, engine="netcdf4")
+        write_netcdf(path, data_vars, coords, attrs)
 
     return write
 
