@@ -16,21 +16,25 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.sources.xarray.blocks import (
     chunk_bounds,
+    finish_slab,
     plan_blocks,
     read_slab,
     read_static,
 )
+from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
 from wxstats.sources.xarray.decode import decoding
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
-from wxstats.sources.xarray.open import is_url, open_parts, output_stem
+from wxstats.sources.xarray.open import first_line, is_url, is_zarr, open_parts, output_stem
 from wxstats.sources.xarray.timeaxis import (
     along_time,
     check_sorted,
@@ -59,6 +63,8 @@ class XarrayOptions:
     diff_steps: tuple[int, ...] | None = None
     feature_dims: tuple[str, ...] | None = None
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    storage_options: tuple[tuple[str, Any], ...] = ()
+    io_threads: int = 0  # threads fetching and decompressing chunks; 0: the CPUs
 
 
 class XarraySource:
@@ -71,7 +77,8 @@ class XarraySource:
         self.options = options or XarrayOptions()
         self.path = str(path)
         self.time_dim = self.options.time_dim
-        self.parts = along_time(open_parts(self.path), self.time_dim, self.path)
+        storage = dict(self.options.storage_options)
+        self.parts = along_time(open_parts(self.path, storage), self.time_dim, self.path)
         first = self.parts[0].ds
         self.is_mdp = is_mdp(first)
         self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
@@ -116,6 +123,33 @@ class XarraySource:
         )
         self.streams = stream_specs(self.vars, self.splits, self.diff_steps)
         self.attrs = self._attrs()
+        self._chunks = self._chunk_reader(storage)
+
+    def _chunk_reader(self, storage: dict[str, Any]) -> ZarrChunkReader | None:
+        """Chunk-by-chunk reading for a zarr store (see :mod:`.chunks`)."""
+        if len(self.parts) != 1 or not is_zarr(self.path):
+            return None
+        threads = self.options.io_threads or len(os.sched_getaffinity(0))
+        try:
+            return ZarrChunkReader(self.path, storage, threads)
+        except Exception as exc:  # zarr raises many kinds for what xarray opened
+            raise InputError(f"{self.path}: cannot open with zarr: {first_line(exc)}") from None
+
+    def _request(self, v: Variable, r0: int, r1: int) -> SlabRequest:
+        dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
+        order = tuple(dims.index(d) for d in (self.time_dim, *v.grid_dims, *v.feature_dims))
+        return SlabRequest(v.name, r0, r1, order, self._missing_ok[v.name])
+
+    @cached_property
+    def _missing_ok(self) -> dict[str, bool]:
+        """Whether a missing chunk of each variable reads as a missing value (NaN)."""
+        out = {}
+        for v in self.vars:
+            fill = self._chunks._array(v.name)[0].fill_value if self._chunks else None
+            dec = self._decodings[(0, v.name)]
+            nan = fill is not None and np.asarray(fill).dtype.kind == "f" and np.isnan(fill)
+            out[v.name] = bool(nan or (fill is not None and any(fill == f for f in dec.fills)))
+        return out
 
     def _where(self, time_index: int) -> str:
         return where_in(self.parts, time_index, self.path)
@@ -141,7 +175,19 @@ class XarraySource:
 
     # -- reading ----------------------------------------------------------
     def _read(self, v: Variable, r0: int, r1: int) -> np.ndarray:
-        return read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim)
+        return self._read_all([v], r0, r1)[v.name]
+
+    def _read_all(self, variables: list[Variable], r0: int, r1: int) -> dict[str, np.ndarray]:
+        """Decoded ``(time, grid, features)`` values of steps ``[r0, r1)``."""
+        if self._chunks is None:
+            return {
+                v.name: read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim)
+                for v in variables
+            }
+        raw = self._chunks.read([self._request(v, r0, r1) for v in variables])
+        return {
+            v.name: finish_slab(raw[v.name], self._decodings[(0, v.name)], v) for v in variables
+        }
 
     @staticmethod
     def _channels(v: Variable) -> np.ndarray:
@@ -150,7 +196,7 @@ class XarraySource:
     def read(self, index: int) -> dict[str, Block]:
         block = self.blocks[index]
         b0, b1, r0 = block.start, block.stop, block.first
-        arrays = {v.name: self._read(v, r0, b1) for v in self.vars if v.has_time}
+        arrays = self._read_all([v for v in self.vars if v.has_time], r0, b1)
         out = {}
         for v in self.vars:
             if not v.has_time:
@@ -197,7 +243,13 @@ class XarraySource:
         return out
 
     def prefetch(self, index: int) -> None:
-        """Nothing yet: blocks are read when the kernel asks for them."""
+        """Local zarr: ask the kernel to start reading the block's chunk files
+        (``posix_fadvise(WILLNEED)``), so that a cold disk works ahead of the kernel."""
+        if self._chunks is None or not self._chunks.store.local:
+            return
+        block = self.blocks[index]
+        reqs = [self._request(v, block.first, block.stop) for v in self.vars if v.has_time]
+        self._chunks.will_need(reqs)
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -239,5 +291,7 @@ class XarraySource:
         }
 
     def close(self) -> None:
+        if self._chunks is not None:
+            self._chunks.close()
         for p in self.parts:
             p.ds.close()

@@ -116,6 +116,17 @@ def read_slab(
     return out
 
 
+def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable) -> np.ndarray:
+    """Raw values in ``(time, grid..., features...)`` order, decoded as
+    ``(time, grid, features)`` (no copy when there is nothing to decode)."""
+    raw = raw.reshape(raw.shape[0], v.n_grid, v.n_features)
+    if dec == Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype:
+        return np.ascontiguousarray(raw)
+    out = np.empty(raw.shape, dtype=v.out_dtype)
+    decode_into(raw, dec, out)
+    return out
+
+
 def read_static(parts: list[Part], v: Variable, decodings: dict[tuple[int, str], Decoding]):
     """Decoded values of a variable without time, as ``(1, grid, features)``."""
     out = np.empty((1, v.n_grid, v.n_features), dtype=v.out_dtype)

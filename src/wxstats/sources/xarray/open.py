@@ -39,10 +39,12 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def open_one(text: str):
+def open_one(text: str, storage_options: dict[str, Any] | None = None):
     import xarray as xr
 
     kwargs = {"mask_and_scale": False, "decode_timedelta": False, "cache": False, "chunks": None}
+    if storage_options and is_url(text):
+        kwargs["storage_options"] = storage_options
     if not is_url(text) and not Path(text).exists():
         raise InputError(f"{text}: dataset not found")
     if not is_url(text) and Path(text).is_dir() and not is_zarr(text):
@@ -62,13 +64,13 @@ def open_one(text: str):
         raise InputError(f"{text}: cannot open with xarray: {first_line(exc)}") from None
 
 
-def open_parts(text: str) -> list[tuple[str, Any]]:
+def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
     if is_glob(text):
         files = sorted(globlib.glob(text))
         if not files:
             raise InputError(f"{text}: no files match this pattern")
         return [(f, open_one(f)) for f in files]
-    return [(text, open_one(text))]
+    return [(text, open_one(text, storage_options))]
 
 
 def output_stem(path: str | Path) -> str:

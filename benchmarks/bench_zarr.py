@@ -1,0 +1,252 @@
+"""wxstats on an ERA5-like zarr store against the store's own read limit, same run.
+
+Writes (once, reused with ``--keep``) an ERA5-like zarr store: t, u, z on 13
+pressure levels plus t2m and msl, 6-hourly, a 121 x 240 grid, one time step per
+chunk, zarr's default compression (2 GB of float32 with the default ``--gb``).
+Then, warm (page cache full) and cold (every chunk file evicted with
+``posix_fadvise(POSIX_FADV_DONTNEED)`` before the run), it times:
+
+- ``limit``: reading, decoding and summing (float32) every chunk, nothing
+  else, with as many threads as CPUs: each chunk file read and decompressed by
+  numcodecs, and zarr-python reading each array in slabs of 8 steps; the
+  faster of the two is the limit (what any reader of this store can reach);
+- ``wxstats``: ``compute_source`` over the whole store (mean, std, min, max and
+  step-1 differences of every level, exact), and its ratio to the limit;
+- ``xarray+dask f64`` (unless ``--no-dask``): the xarray + dask float64
+  script (mean, std and std of the step-1 difference per level, one
+  ``dask.compute``);
+
+and the start-up: ``wxstats compute`` of a tiny store against
+``python -c "import numpy, xarray"`` (wall time of the whole process).
+
+The machine may be shared: the ratios are measured in one run, compare them,
+not the absolute times across runs.
+
+    python benchmarks/bench_zarr.py                       # 2 GB store in /tmp, kept
+    python benchmarks/bench_zarr.py --gb 0.3 --no-cold
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+LEVELS = [50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000]
+GRID = (121, 240)
+THREADS = os.cpu_count() or 1
+
+
+def write_store(path: Path, gb: float, batch: int = 16) -> int:
+    """The ERA5-like store (see module docstring); returns its time steps."""
+    import xarray as xr
+
+    per_step = (3 * len(LEVELS) + 2) * GRID[0] * GRID[1] * 4
+    n_time = max(batch, int(gb * 1e9 / per_step))
+    rng = np.random.default_rng(0)
+    lat = np.linspace(-1, 1, GRID[0])[:, None]
+    lon = np.linspace(-np.pi, np.pi, GRID[1])[None, :]
+    lev = np.asarray(LEVELS, dtype=np.float32)[:, None, None] / 1000
+    times = np.datetime64("2000-01-01T00", "h") + 6 * np.arange(n_time).astype("timedelta64[h]")
+
+    def fields(t0: int, n: int) -> dict:
+        phase = 2 * np.pi * np.arange(t0, t0 + n)[:, None, None] / 40
+
+        def level_var(base, amp, noise):
+            smooth = base + amp * np.cos(3 * lat + phase) * np.sin(lon)
+            values = smooth[:, None] * (1 + lev[None]) + noise * rng.standard_normal(
+                (n, len(LEVELS), *GRID), dtype=np.float32
+            )
+            return (("time", "level", "lat", "lon"), np.round(values, 2).astype(np.float32))
+
+        def surface(base, amp, noise):
+            values = (
+                base
+                + amp * np.cos(2 * lat + phase) * np.sin(lon)
+                + noise * (rng.standard_normal((n, *GRID), dtype=np.float32))
+            )
+            return (("time", "lat", "lon"), np.round(values, 1).astype(np.float32))
+
+        return {
+            "t": level_var(230, 20, 1.0),
+            "u": level_var(5, 15, 3.0),
+            "z": level_var(50000, 5000, 50.0),
+            "t2m": surface(285, 10, 1.0),
+            "msl": surface(101325, 800, 100.0),
+        }
+
+    coords = {
+        "level": LEVELS,
+        "lat": np.linspace(90, -90, GRID[0]),
+        "lon": np.arange(GRID[1]) * 1.5,
+    }
+    for t0 in range(0, n_time, batch):
+        n = min(batch, n_time - t0)
+        ds = xr.Dataset(fields(t0, n), coords={**coords, "time": times[t0 : t0 + n]})
+        if t0 == 0:
+            enc = {v: {"chunks": (1, *ds[v].shape[1:])} for v in ds.data_vars}
+            ds.to_zarr(path, mode="w", encoding=enc, consolidated=True)
+        else:
+            ds.to_zarr(path, append_dim="time", consolidated=True)
+    return n_time
+
+
+def chunk_files(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file() and p.name[0] not in ".z"]
+
+
+def evict(path: Path) -> None:
+    """Drop the store's files from the page cache (cold reads)."""
+    for p in path.rglob("*"):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def limit_numcodecs(path: Path) -> float:
+    """Seconds to read and decompress every chunk file with numcodecs, in threads."""
+    import zarr
+    from numcodecs import Zstd
+
+    group = zarr.open_group(path, mode="r")
+    codec = {}
+    for name, arr in group.arrays():
+        codecs = [type(c).__name__ for c in arr.metadata.codecs]
+        codec[name] = Zstd() if codecs[-1] == "ZstdCodec" else None
+    files = [(p.relative_to(path).parts[0], p) for p in chunk_files(path)]
+    files = [(name, p) for name, p in files if name in codec and codec[name] is not None]
+
+    def one(item) -> float:
+        name, p = item
+        data = codec[name].decode(p.read_bytes())
+        return float(np.frombuffer(data, dtype=np.float32).sum())
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(THREADS) as pool:
+        sum(pool.map(one, files))
+    return time.perf_counter() - start
+
+
+def limit_zarr(path: Path, steps: int = 8) -> float:
+    """Seconds for zarr-python to read every array in slabs of ``steps`` steps."""
+    import zarr
+
+    group = zarr.open_group(path, mode="r")
+    start = time.perf_counter()
+    for name, arr in group.arrays():
+        if arr.ndim < 3:
+            continue
+        for t in range(0, arr.shape[0], steps):
+            float(arr[t : t + steps].sum(dtype=np.float64))
+        del name
+    return time.perf_counter() - start
+
+
+def run_wxstats(path: Path) -> float:
+    from wxstats.runtime.run import compute
+
+    start = time.perf_counter()
+    compute(str(path), diff_steps=(1,), threads=THREADS)
+    return time.perf_counter() - start
+
+
+def run_dask(path: Path) -> float:
+    import dask
+    import xarray as xr
+
+    start = time.perf_counter()
+    ds = xr.open_zarr(path).astype("float64")
+    dims = ["time", "lat", "lon"]
+    dask.compute(ds.mean(dims), ds.std(dims), ds.diff("time").std(dims))
+    return time.perf_counter() - start
+
+
+def wall(cmd: list[str], env: dict | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def startup(work: Path) -> tuple[float, float]:
+    """Best of 3 wall times: ``wxstats compute`` on a tiny store, ``import numpy, xarray``."""
+    import xarray as xr
+
+    tiny = work / "tiny.zarr"
+    if not tiny.exists():
+        times = np.datetime64("2000-01-01", "h") + np.arange(20).astype("timedelta64[h]")
+        data = np.random.default_rng(0).random((20, 4, 5)).astype(np.float32)
+        xr.Dataset({"t": (("time", "y", "x"), data)}, coords={"time": times}).to_zarr(tiny)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    out = work / "tiny.stats.nc"
+    cmd = [sys.executable, "-m", "wxstats", "compute", str(tiny), "--quiet", "--overwrite"]
+    ours = min(wall([*cmd, "--output", str(out)], env) for _ in range(3))
+    base = min(wall([sys.executable, "-c", "import numpy, xarray"]) for _ in range(3))
+    return ours, base
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gb", type=float, default=2.0, help="store size (float32 GB)")
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "wxstats-bench")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache rows")
+    parser.add_argument("--no-dask", action="store_true", help="skip xarray + dask float64")
+    parser.add_argument("--repeat", type=int, default=2, help="best of N for the warm rows")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    args.dir.mkdir(parents=True, exist_ok=True)
+    store = args.dir / f"era5-{args.gb:g}gb.zarr"
+    if not store.exists():
+        t0 = time.perf_counter()
+        n = write_store(store, args.gb)
+        print(f"wrote {store} ({n} steps) in {time.perf_counter() - t0:.0f} s")
+    disk = sum(p.stat().st_size for p in chunk_files(store))
+    nbytes = sum(
+        np.prod(a.shape) * a.dtype.itemsize
+        for _, a in __import__("zarr").open_group(store, mode="r").arrays()
+        if a.ndim >= 3
+    )
+    print(f"store: {nbytes / 1e9:.2f} GB float32, {disk / 1e9:.2f} GB on disk; threads {THREADS}")
+    print(f"load average before: {os.getloadavg()[0]:.2f} (other work on the machine skews times)")
+    run_wxstats(store)  # compile the kernels once
+    rows = []
+    modes = ["warm"] + ([] if args.no_cold else ["cold"])
+    for mode in modes:
+        results = {}
+        for name, fn in (
+            ("limit numcodecs", limit_numcodecs),
+            ("limit zarr", limit_zarr),
+            ("wxstats", run_wxstats),
+            *((("xarray+dask f64", run_dask),) if not args.no_dask else ()),
+        ):
+            best = float("inf")
+            for _ in range(args.repeat if mode == "warm" else 1):
+                if mode == "cold":
+                    evict(store)
+                best = min(best, fn(store))
+            results[name] = best
+        limit = min(results["limit numcodecs"], results["limit zarr"])
+        for name, seconds in results.items():
+            rows.append((mode, name, seconds, limit / seconds))
+    print(f"{'cache':5} {'what':16} {'seconds':>8} {'GB/s':>6} {'x limit':>8}")
+    for mode, name, seconds, ratio in rows:
+        print(f"{mode:5} {name:16} {seconds:8.2f} {nbytes / seconds / 1e9:6.2f} {ratio:8.2f}")
+    ours, base = startup(args.dir)
+    print(
+        f"start-up: wxstats compute tiny.zarr {ours:.2f} s; import numpy, xarray {base:.2f} s; "
+        f"ratio {ours / base:.2f}"
+    )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

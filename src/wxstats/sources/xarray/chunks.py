@@ -1,0 +1,235 @@
+"""Reading zarr time slabs chunk by chunk, at the speed of the store.
+
+xarray's lazy indexing reads a slab through outer/vectorized indexing down to
+zarr's coordinate selection, at about a tenth of what the store delivers. Here
+zarr (or xarray) gives only the metadata; the chunk objects of a block are
+fetched as raw bytes (local files read in a thread pool, remote objects with
+one batched fsspec ``cat`` of every key, many requests in flight), decompressed
+by numcodecs in the pool (it releases the GIL), and each chunk is copied once,
+transposed, into its place in a ``(time, grid..., features...)`` slab: the
+layout the kernel takes. The values are the stored (raw) ones, exactly what
+``xarray.open_dataset(mask_and_scale=False)`` gives; decoding stays in
+:mod:`.decode`.
+
+Arrays this module does not decode itself (sharding, filters, checksums,
+``F`` order, codecs other than zstd/blosc/gzip) are read with zarr's own basic
+slicing. A chunk object that is missing (deleted, or never written) is read as
+the array's fill value only if that value decodes to missing (NaN), so the
+kernel refuses it without ``--skipna`` and counts it in ``nan_count`` with it;
+any other missing chunk is an error naming its key, never a silent number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import InputError
+from wxstats.sources.xarray.open import first_line, is_url
+
+_COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
+
+
+@dataclass(frozen=True)
+class ChunkCodec:
+    """How the bytes of one chunk object become values: decompress, then view."""
+
+    decompress: Callable[[bytes], Any] | None  # None: stored uncompressed
+    dtype: np.dtype  # with the stored byte order
+
+
+def chunk_codec(arr: Any) -> ChunkCodec | None:
+    """The codec of a zarr array when it is one this module decodes, else None."""
+    import numcodecs
+
+    meta = arr.metadata
+    dtype = np.dtype(arr.dtype)
+    if dtype.kind not in "iuf":
+        return None
+    if meta.zarr_format == 2:
+        if meta.filters or meta.order != "C":
+            return None
+        return ChunkCodec(meta.compressor.decode if meta.compressor else None, dtype)
+    codecs = list(meta.codecs)
+    if not codecs or type(codecs[0]).__name__ != "BytesCodec" or len(codecs) > 2:
+        return None
+    endian = getattr(codecs[0].endian, "value", None)
+    if endian is not None and dtype.itemsize > 1:
+        dtype = dtype.newbyteorder("<" if endian == "little" else ">")
+    if len(codecs) == 1:
+        return ChunkCodec(None, dtype)
+    name = _COMPRESSORS.get(type(codecs[1]).__name__)
+    return ChunkCodec(getattr(numcodecs, name)().decode, dtype) if name else None
+
+
+class ChunkStore:
+    """Where chunk objects come from: a local folder or an fsspec filesystem."""
+
+    def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
+        self.path = path.rstrip("/")
+        self.fs = None
+        if is_url(path):
+            from fsspec.core import url_to_fs
+
+            self.fs, root = url_to_fs(path, **storage_options)
+            self.root = root.rstrip("/")
+
+    @property
+    def local(self) -> bool:
+        return self.fs is None
+
+    def get(self, key: str) -> bytes | None:
+        """One local chunk object (``None``: it does not exist)."""
+        try:
+            with open(os.path.join(self.path, key), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
+        """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
+        urls = [f"{self.root}/{k}" for k in keys]
+        found = self.fs.cat(urls, on_error="return")
+        out: dict[str, bytes | None] = {}
+        for key, url in zip(keys, urls, strict=True):
+            value = found.get(url, FileNotFoundError(url))
+            if isinstance(value, FileNotFoundError):
+                out[key] = None
+            elif isinstance(value, BaseException):
+                raise InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
+            else:
+                out[key] = value
+        return out
+
+    def will_need(self, keys: list[str]) -> None:
+        """Ask the kernel to start reading local chunk files (read-ahead)."""
+        if not self.local or not hasattr(os, "posix_fadvise"):
+            return
+        for key in keys:
+            try:
+                fd = os.open(os.path.join(self.path, key), os.O_RDONLY)
+            except OSError:
+                continue  # reported when it is read
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+
+
+@dataclass(frozen=True)
+class SlabRequest:
+    """Raw values of ``name`` at time steps ``[start, stop)`` with axes in ``order``
+    (time first); a missing chunk reads as the fill value only if ``missing_ok``."""
+
+    name: str
+    start: int
+    stop: int
+    order: tuple[int, ...]
+    missing_ok: bool
+
+
+class ZarrChunkReader:
+    """Time slabs of the arrays of one zarr store (see module docstring)."""
+
+    def __init__(self, path: str, storage_options: dict[str, Any], threads: int) -> None:
+        import zarr
+
+        self.path = path
+        self.store = ChunkStore(path, storage_options)
+        opts = {"storage_options": storage_options} if is_url(path) else {}
+        self.group = zarr.open_group(path, mode="r", **opts)
+        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wxstats-chunks")
+        self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
+
+    def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
+        if name not in self._arrays:
+            arr = self.group[name]
+            self._arrays[name] = (arr, chunk_codec(arr))
+        return self._arrays[name]
+
+    def _chunks(self, req: SlabRequest):
+        """(key, where in the slab, where in the chunk) of every chunk of ``req``."""
+        arr, _ = self._array(req.name)
+        shape, cs = arr.shape, arr.chunks
+        ranges = [range(req.start // cs[0], (req.stop - 1) // cs[0] + 1)]
+        ranges += [range(-(-n // c)) for n, c in zip(shape[1:], cs[1:], strict=True)]
+        for coords in itertools.product(*ranges):
+            dst, src = [], []
+            for d, c in enumerate(coords):
+                lo = c * cs[d]
+                hi = min(lo + cs[d], shape[d])
+                if d == 0:
+                    lo, hi = max(lo, req.start), min(hi, req.stop)
+                    dst.append(slice(lo - req.start, hi - req.start))
+                else:
+                    dst.append(slice(lo, hi))
+                src.append(slice(lo - c * cs[d], hi - c * cs[d]))
+            key = arr.metadata.encode_chunk_key(coords)
+            yield f"{arr.path}/{key}" if arr.path else key, tuple(dst), tuple(src)
+
+    def keys(self, req: SlabRequest) -> list[str]:
+        return [key for key, _, _ in self._chunks(req)]
+
+    def will_need(self, reqs: list[SlabRequest]) -> None:
+        self.store.will_need([k for r in reqs for k in self.keys(r) if self._array(r.name)[1]])
+
+    def read(self, reqs: list[SlabRequest]) -> dict[str, np.ndarray]:
+        """The raw slabs of ``reqs`` (one block), keyed by variable name."""
+        out, tasks = {}, []
+        for req in reqs:
+            arr, codec = self._array(req.name)
+            shape = (req.stop - req.start, *arr.shape[1:])
+            dtype = np.dtype(arr.dtype).newbyteorder("=")
+            slab = np.empty([shape[a] for a in req.order], dtype=dtype)
+            out[req.name] = slab
+            stored = slab.transpose(np.argsort(req.order))  # a view in stored axis order
+            if codec is None:
+                tasks.append((req, None, stored, None, None))
+                continue
+            for key, dst, src in self._chunks(req):
+                tasks.append((req, key, stored, dst, src))
+        fetched = None
+        if not self.store.local:
+            fetched = self.store.get_many([t[1] for t in tasks if t[1] is not None])
+        futures = [self.pool.submit(self._fill, fetched, *t) for t in tasks]
+        for fut in futures:
+            fut.result()
+        return out
+
+    def _fill(self, fetched, req, key, stored, dst, src) -> None:
+        arr, codec = self._array(req.name)
+        where = f"{self.path}: variable {req.name}"
+        if key is None:  # zarr's own (basic) slicing
+            try:
+                stored[...] = arr[req.start : req.stop]
+            except Exception as exc:  # storage errors of any backend
+                raise InputError(f"{where}: cannot read: {first_line(exc)}") from None
+            return
+        try:
+            data = fetched[key] if fetched is not None else self.store.get(key)
+        except OSError as exc:
+            raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
+        if data is None:
+            if not req.missing_ok:
+                raise InputError(
+                    f"{where}: chunk object {key} is missing from the store (zarr would "
+                    f"read it as the fill value {arr.fill_value!r}: silently wrong numbers)"
+                )
+            stored[dst] = arr.fill_value
+            return
+        try:
+            raw = codec.decompress(data) if codec.decompress else data
+            values = np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
+        except Exception as exc:  # corrupt or truncated objects
+            msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
+            raise InputError(msg) from None
+        stored[dst] = values[src]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)

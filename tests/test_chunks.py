@@ -1,0 +1,138 @@
+"""The zarr chunk reader (sources/xarray/chunks.py): the raw values of any slab
+equal xarray's (the reference, read through its own indexing), for each codec
+and layout it decodes and those it leaves to zarr; whole runs are byte-identical
+to the xarray path; missing chunk objects are never silent numbers."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from gridded_data import gridded, hourly
+from numcodecs import Blosc
+
+from wxstats.core.errors import InputError
+from wxstats.runtime.run import compute, compute_source
+from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader, chunk_codec
+
+
+def _dataset(n_time=23, shape=(3, 5, 7)):
+    rng = np.random.default_rng(5)
+    return xr.Dataset(
+        {
+            "a": (("time", "level", "y", "x"), rng.standard_normal((n_time, *shape), "f4")),
+            "p": (("time", "y", "x"), rng.integers(-999, 999, (n_time, *shape[1:]), "i2")),
+        },
+        coords={"time": hourly(n_time), "level": [1, 2, 3]},
+    )
+
+
+LAYOUTS = {
+    "v3-zstd": dict(zarr_format=3, encoding={}),
+    "v3-gzip": dict(zarr_format=3, encoding={"compressors": [zarr.codecs.GzipCodec()]}),
+    "v3-blosc": dict(zarr_format=3, encoding={"compressors": [zarr.codecs.BloscCodec()]}),
+    "v3-raw": dict(zarr_format=3, encoding={"compressors": None}),
+    "v3-sharded": dict(zarr_format=3, encoding={"shards": (8, 2, 6, 4)}),
+    "v2-blosc": dict(zarr_format=2, encoding={"compressors": Blosc()}),
+    "v2-big-endian": dict(zarr_format=2, encoding={"dtype": ">f4"}),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_slabs_equal_xarray(tmp_path, layout):
+    spec = LAYOUTS[layout]
+    ds = _dataset()
+    chunks = {"a": (4, 2, 3, 4), "p": (4, 3, 4)}  # edge chunks in every dimension
+    enc = {}
+    for v in ("a", "p"):
+        enc[v] = {"chunks": chunks[v], **spec["encoding"]}
+        if layout == "v3-sharded" and v == "p":
+            enc[v]["shards"] = (8, 3, 4)
+        if layout == "v2-big-endian" and v == "p":
+            enc[v]["dtype"] = ">i2"
+    path = tmp_path / "s.zarr"
+    ds.to_zarr(path, zarr_format=spec["zarr_format"], encoding=enc, consolidated=False)
+    reader = ZarrChunkReader(str(path), {}, threads=3)
+    assert (chunk_codec(reader.group["a"]) is None) == (layout == "v3-sharded")
+    ref = xr.open_dataset(
+        path, engine="zarr", mask_and_scale=False, chunks=None, consolidated=False
+    )
+    try:
+        for start, stop in ((0, 23), (3, 9), (22, 23), (5, 6)):
+            reqs = [
+                SlabRequest("a", start, stop, (0, 2, 3, 1), False),
+                SlabRequest("p", start, stop, (0, 2, 1), False),
+            ]
+            got = reader.read(reqs)
+            want_a = ref["a"].isel(time=slice(start, stop)).transpose("time", "y", "x", "level")
+            want_p = ref["p"].isel(time=slice(start, stop)).transpose("time", "x", "y")
+            np.testing.assert_array_equal(got["a"], want_a.values, strict=False)
+            np.testing.assert_array_equal(got["p"], want_p.values)
+            assert got["a"].flags.c_contiguous and got["a"].dtype.isnative
+    finally:
+        reader.close()
+
+
+def _bytes(source):
+    stats = compute_source(source, threads=2)
+    summary = stats.to_summary()
+    for entry in (summary, *summary["splits"].values()):
+        entry.pop("run", None)
+    return repr(summary)
+
+
+def test_whole_run_identical_to_the_xarray_path(tmp_path):
+    ds, _ = gridded(n_time=40)
+    ds.to_zarr(tmp_path / "g.zarr", encoding={v: {"chunks": None} for v in ds.data_vars})
+    opts = XarrayOptions(diff_steps=(1, 3), block_bytes=4000)
+    fast = XarraySource(tmp_path / "g.zarr", opts)
+    slow = XarraySource(tmp_path / "g.zarr", opts)
+    assert fast._chunks is not None
+    slow._chunks.close()
+    slow._chunks = None  # xarray's own indexing (the reading before the chunk reader)
+    assert _bytes(fast) == _bytes(slow)
+
+
+def _store_with_missing_chunk(tmp_path, fill_attr: bool):
+    ds = _dataset(n_time=12)
+    enc = {"a": {"chunks": (4, 3, 5, 7)}, "p": {"chunks": (4, 5, 7)}}
+    if not fill_attr:
+        ds["a"].encoding["_FillValue"] = None
+        enc["a"]["fill_value"] = 0.0
+        enc["a"]["_FillValue"] = None
+    path = tmp_path / "m.zarr"
+    ds.to_zarr(path, encoding=enc, consolidated=False)
+    shutil.rmtree(path / "a" / "c" / "1")  # the chunk of steps 4..7
+    return path
+
+
+def test_missing_chunk_with_a_number_fill_is_an_error_naming_the_key(tmp_path):
+    path = _store_with_missing_chunk(tmp_path, fill_attr=False)
+    with pytest.raises(
+        InputError, match=r"m\.zarr: variable a: chunk object a/c/1/0/0/0 is missing"
+    ):
+        compute(path, variables=["a"])
+
+
+def test_missing_chunk_with_nan_fill_is_never_a_silent_number(tmp_path):
+    path = _store_with_missing_chunk(tmp_path, fill_attr=True)
+    with pytest.raises(InputError, match="variable a.*NaN values"):
+        compute(path, variables=["a"])
+    stats = compute(path, variables=["a"], skipna=True)
+    stream = stats.streams["a__train"]
+    assert list(stream.nan_count) == [4 * 5 * 7] * 3  # the missing chunk, counted as missing
+    want = _dataset(n_time=12)["a"].values.astype(np.float64)
+    kept = np.concatenate([want[:4], want[8:]])
+    np.testing.assert_allclose(stream.mean, kept.mean(axis=(0, 2, 3)), rtol=1e-12)
+
+
+def test_corrupt_chunk_names_the_object(tmp_path):
+    path = tmp_path / "c.zarr"
+    _dataset(n_time=8).to_zarr(path, encoding={"a": {"chunks": (4, 3, 5, 7)}}, consolidated=False)
+    (path / "a" / "c" / "1" / "0" / "0" / "0").write_bytes(b"not zstd")
+    with pytest.raises(InputError, match=r"chunk object a/c/1/0/0/0: cannot decode"):
+        compute(path, variables=["a"])
