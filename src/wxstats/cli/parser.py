@@ -8,7 +8,9 @@ parsed ``compute`` arguments into the frozen
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Any
 
 from wxstats import __version__
 from wxstats.cli.examples import (
@@ -267,8 +269,27 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="memory per block of time steps (default 32; at least one storage chunk)",
     )
+    z.add_argument(
+        "--storage-option",
+        type=_storage_option,
+        action="append",
+        metavar="KEY=VALUE",
+        help="an fsspec option for a URL (s3://, gs://...), repeatable: endpoint_url=URL, "
+        "anon=true, profile=NAME; VALUE is read as JSON when it parses (true, 64, {...}); "
+        "credentials otherwise come from the environment (AWS_ACCESS_KEY_ID...)",
+    )
     add_checkpoint_arguments(p)
     add_parallel_arguments(p)
+
+
+def _storage_option(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    try:
+        return key.strip(), json.loads(value)
+    except ValueError:
+        return key.strip(), value
 
 
 def _seconds(text: str) -> float:
@@ -350,6 +371,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         output=args.output,
         write_into=args.write_into,
         block_mb=args.block_mb,
+        storage_options=tuple(args.storage_option or ()),
         step_length=args.step_length,
         skipna=args.skipna,
         threads=args.threads,

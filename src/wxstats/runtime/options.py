@@ -38,6 +38,8 @@ class ComputeOptions:
     diff_steps: tuple[int, ...] | None = None
     feature_dims: tuple[str, ...] | None = None
     block_mb: float | None = None
+    storage_options: tuple[tuple[str, Any], ...] = ()
+    """fsspec options of a URL (``endpoint_url``, ``anon``, ``key``...); never recorded."""
     skipna: bool = False
     # -- outputs -------------------------------------------------------------------
     output_dir: Path | None = None
@@ -69,6 +71,8 @@ class ComputeOptions:
             object.__setattr__(
                 self, name, () if value is None and name in ("splits", "argv") else value
             )
+        if isinstance(self.storage_options, dict):
+            object.__setattr__(self, "storage_options", tuple(self.storage_options.items()))
         if self.split is not None and not self.splits:
             object.__setattr__(self, "splits", (self.split,))
         for name in ("output_dir", "summary", "output", "checkpoint"):

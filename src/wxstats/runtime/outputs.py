@@ -57,6 +57,7 @@ def open_source(options: ComputeOptions) -> Source:
             diff_steps=options.diff_steps or None,
             feature_dims=options.feature_dims,
             block_bytes=block,
+            storage_options=options.storage_options,
         ),
     )
 
@@ -70,6 +71,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--output": options.output,
         "--write-into": options.write_into,
         "--block-mb": options.block_mb,
+        "--storage-option": options.storage_options,
     }
     flags = [flag for flag, value in given.items() if value]
     if flags:

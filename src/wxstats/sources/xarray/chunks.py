@@ -33,6 +33,8 @@ import numpy as np
 from wxstats.core.errors import InputError
 from wxstats.sources.xarray.open import first_line, is_url
 
+REQUESTS_IN_FLIGHT = 64
+"""Connections to an object store: a block's chunk objects are requested at once."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
@@ -77,7 +79,12 @@ class ChunkStore:
         if is_url(path):
             from fsspec.core import url_to_fs
 
-            self.fs, root = url_to_fs(path, **storage_options)
+            options = dict(storage_options)
+            if path.startswith(("s3://", "s3a://")):
+                # botocore's default pool (10 connections) would queue the batched requests
+                config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
+                options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
+            self.fs, root = url_to_fs(path, **options)
             self.root = root.rstrip("/")
 
     @property
