@@ -10,14 +10,17 @@ Then, warm (page cache full) and cold (every chunk file evicted with
   else, with as many threads as CPUs: each chunk file read and decompressed by
   numcodecs, and zarr-python reading each array in slabs of 8 steps; the
   faster of the two is the limit (what any reader of this store can reach);
-- ``wxstats``: ``compute_source`` over the whole store (mean, std, min, max and
-  step-1 differences of every level, exact), and its ratio to the limit;
+- ``wxstats``: ``compute`` over the whole store (mean, std, min, max and
+  step-1 differences of every level, exact) in-process, and ``wxstats
+  compute`` as a command (start-up included), as fractions of the limit;
 - ``xarray+dask f64`` (unless ``--no-dask``): the xarray + dask float64
   script (mean, std and std of the step-1 difference per level, one
   ``dask.compute``);
 
-and the start-up: ``wxstats compute`` of a tiny store against
-``python -c "import numpy, xarray"`` (wall time of the whole process).
+the same store uploaded to moto's S3 server on localhost (unless ``--no-s3``:
+the limit is every chunk object fetched with batched ``cat`` and
+decompressed; wxstats reads ``s3://``); and the start-up: ``wxstats compute``
+of a tiny store against ``python -c "import numpy, xarray"`` (whole process).
 
 The machine may be shared: the ratios are measured in one run, compare them,
 not the absolute times across runs.
@@ -194,12 +197,93 @@ def startup(work: Path) -> tuple[float, float]:
     return ours, base
 
 
+def run_command(path: str, work: Path, extra: list[str] = ()) -> float:
+    """``wxstats compute`` as a fresh process: the whole command, start-up included."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    out = work / "bench.stats.nc"
+    cmd = [sys.executable, "-m", "wxstats", "compute", path, "--quiet", "--overwrite"]
+    return wall([*cmd, "--output", str(out), "--diff-steps", "1", *extra], env)
+
+
+class S3:
+    """The store served by moto's S3 server on localhost (a real S3 endpoint)."""
+
+    def __init__(self, store: Path) -> None:
+        import logging
+
+        import s3fs
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.options = {
+            "endpoint_url": f"http://{host}:{port}",
+            "key": "bench",
+            "secret": "bench",
+            "client_kwargs": {"region_name": "eu-west-1"},
+        }
+        self.fs = s3fs.S3FileSystem(**self.options)
+        self.fs.mkdir("bench")
+        self.url = "s3://bench/store.zarr"
+        t0 = time.perf_counter()
+        self.fs.put(str(store), "bench/store.zarr", recursive=True)
+        self.keys = [str(p.relative_to(store)) for p in chunk_files(store)]
+        print(f"uploaded the store to moto in {time.perf_counter() - t0:.0f} s")
+
+    def limit(self, _path: Path) -> float:
+        """Every chunk object fetched (batched cat) and decompressed in threads."""
+        from numcodecs import Zstd
+
+        fs = type(self.fs)(
+            **self.options, config_kwargs={"max_pool_connections": 64}, skip_instance_cache=True
+        )
+        codec = Zstd()
+        urls = [f"bench/store.zarr/{k}" for k in self.keys]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(THREADS) as pool:
+            pending = []
+            for i in range(0, len(urls), 256):
+                data = fs.cat(urls[i : i + 256])
+                for fut in pending:
+                    fut.result()
+                pending = [
+                    pool.submit(lambda b: float(np.frombuffer(codec.decode(b), "f4").sum()), b)
+                    for b in data.values()
+                ]
+            for fut in pending:
+                fut.result()
+        return time.perf_counter() - start
+
+    def wxstats(self, _path: Path) -> float:
+        from wxstats.runtime.run import compute
+
+        start = time.perf_counter()
+        compute(self.url, diff_steps=(1,), threads=THREADS, storage_options=self.options)
+        return time.perf_counter() - start
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def table(title: str, nbytes: int, results: dict[str, float], limit: float) -> None:
+    print(title)
+    for name, seconds in results.items():
+        print(
+            f"  {name:28} {seconds:8.2f} s {nbytes / seconds / 1e9:6.2f} GB/s "
+            f"{limit / seconds:6.2f} x limit"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gb", type=float, default=2.0, help="store size (float32 GB)")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "wxstats-bench")
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache rows")
     parser.add_argument("--no-dask", action="store_true", help="skip xarray + dask float64")
+    parser.add_argument("--no-s3", action="store_true", help="skip the S3 (moto) rows")
     parser.add_argument("--repeat", type=int, default=2, help="best of N for the warm rows")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -218,28 +302,44 @@ def main() -> None:
     print(f"store: {nbytes / 1e9:.2f} GB float32, {disk / 1e9:.2f} GB on disk; threads {THREADS}")
     print(f"load average before: {os.getloadavg()[0]:.2f} (other work on the machine skews times)")
     run_wxstats(store)  # compile the kernels once
-    rows = []
     modes = ["warm"] + ([] if args.no_cold else ["cold"])
     for mode in modes:
         results = {}
-        for name, fn in (
-            ("limit numcodecs", limit_numcodecs),
-            ("limit zarr", limit_zarr),
-            ("wxstats", run_wxstats),
-            *((("xarray+dask f64", run_dask),) if not args.no_dask else ()),
-        ):
+        rows = [
+            ("limit: numcodecs, threads", limit_numcodecs),
+            ("limit: zarr-python slabs", limit_zarr),
+            ("wxstats (in-process)", run_wxstats),
+            ("wxstats compute (command)", lambda p: run_command(str(p), args.dir)),
+        ]
+        if not args.no_dask:
+            rows.append(("xarray+dask float64", run_dask))
+        for name, fn in rows:
             best = float("inf")
             for _ in range(args.repeat if mode == "warm" else 1):
                 if mode == "cold":
                     evict(store)
                 best = min(best, fn(store))
             results[name] = best
-        limit = min(results["limit numcodecs"], results["limit zarr"])
-        for name, seconds in results.items():
-            rows.append((mode, name, seconds, limit / seconds))
-    print(f"{'cache':5} {'what':16} {'seconds':>8} {'GB/s':>6} {'x limit':>8}")
-    for mode, name, seconds, ratio in rows:
-        print(f"{mode:5} {name:16} {seconds:8.2f} {nbytes / seconds / 1e9:6.2f} {ratio:8.2f}")
+        limit = min(results["limit: numcodecs, threads"], results["limit: zarr-python slabs"])
+        table(f"zarr, {mode} page cache:", nbytes, results, limit)
+        if "xarray+dask float64" in results:
+            speedup = results["xarray+dask float64"] / results["wxstats compute (command)"]
+            print(f"  wxstats compute is {speedup:.1f}x xarray+dask float64")
+    if not args.no_s3:
+        s3 = S3(store)
+        try:
+            s3.wxstats(store)
+            results = {}
+            for name, fn in (("limit: batched cat + numcodecs", s3.limit), ("wxstats", s3.wxstats)):
+                results[name] = min(fn(store) for _ in range(args.repeat))
+            table(
+                "zarr on S3 (moto server, localhost):",
+                nbytes,
+                results,
+                results["limit: batched cat + numcodecs"],
+            )
+        finally:
+            s3.stop()
     ours, base = startup(args.dir)
     print(
         f"start-up: wxstats compute tiny.zarr {ours:.2f} s; import numpy, xarray {base:.2f} s; "
