@@ -20,7 +20,9 @@ Then, warm (page cache full) and cold (every chunk file evicted with
 the same store uploaded to moto's S3 server on localhost (unless ``--no-s3``:
 the limit is every chunk object fetched with batched ``cat`` and
 decompressed; wxstats reads ``s3://``); and the start-up: ``wxstats compute``
-of a tiny store against ``python -c "import numpy, xarray"`` (whole process).
+of a tiny store against ``python -c "import numpy, xarray"`` (whole process);
+the ranks: ``--nproc 2 --threads 1`` against ``--nproc 1 --threads 1``, each
+compute phase being the whole command minus the same on a tiny store.
 
 The machine may be shared: the ratios are measured in one run, compare them,
 not the absolute times across runs.
@@ -180,8 +182,8 @@ def wall(cmd: list[str], env: dict | None = None) -> float:
     return time.perf_counter() - start
 
 
-def startup(work: Path) -> tuple[float, float]:
-    """Best of 3 wall times: ``wxstats compute`` on a tiny store, ``import numpy, xarray``."""
+def tiny_store(work: Path) -> Path:
+    """A 1.6 kB store: what ``wxstats compute`` costs besides the data."""
     import xarray as xr
 
     tiny = work / "tiny.zarr"
@@ -189,6 +191,12 @@ def startup(work: Path) -> tuple[float, float]:
         times = np.datetime64("2000-01-01", "h") + np.arange(20).astype("timedelta64[h]")
         data = np.random.default_rng(0).random((20, 4, 5)).astype(np.float32)
         xr.Dataset({"t": (("time", "y", "x"), data)}, coords={"time": times}).to_zarr(tiny)
+    return tiny
+
+
+def startup(work: Path) -> tuple[float, float]:
+    """Best of 3 wall times: ``wxstats compute`` on a tiny store, ``import numpy, xarray``."""
+    tiny = tiny_store(work)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     out = work / "tiny.stats.nc"
     cmd = [sys.executable, "-m", "wxstats", "compute", str(tiny), "--quiet", "--overwrite"]
@@ -268,13 +276,32 @@ class S3:
         self.server.stop()
 
 
-def table(title: str, nbytes: int, results: dict[str, float], limit: float) -> None:
+def table(title: str, nbytes: int, results: dict[str, float], limit: float, zarr=None) -> None:
+    """One row per result: seconds, GB/s (of float32 data) and fractions of the
+    limit (and of zarr-python's own reading, when measured)."""
     print(title)
     for name, seconds in results.items():
+        versus = f" {zarr / seconds:6.2f} x zarr-python" if zarr else ""
         print(
             f"  {name:28} {seconds:8.2f} s {nbytes / seconds / 1e9:6.2f} GB/s "
-            f"{limit / seconds:6.2f} x limit"
+            f"{limit / seconds:6.2f} x limit{versus}"
         )
+
+
+def ranks(store: Path, work: Path, nbytes: int) -> None:
+    """``--nproc 2 --threads 1`` against ``--nproc 1 --threads 1``: the compute
+    phase is the whole command minus the same command on the tiny store."""
+    tiny = str(tiny_store(work))
+    phase = {}
+    for n in (1, 2):
+        flags = ["--nproc", str(n), "--threads", "1"]
+        whole = run_command(str(store), work, flags)
+        phase[n] = whole - min(run_command(tiny, work, flags) for _ in range(2))
+        print(
+            f"  --nproc {n} --threads 1: whole command {whole:.2f} s, "
+            f"compute phase {phase[n]:.2f} s"
+        )
+    print(f"ranks: --nproc 2 / --nproc 1 compute phase speed-up {phase[1] / phase[2]:.2f}x")
 
 
 def main() -> None:
@@ -284,6 +311,7 @@ def main() -> None:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache rows")
     parser.add_argument("--no-dask", action="store_true", help="skip xarray + dask float64")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 (moto) rows")
+    parser.add_argument("--no-ranks", action="store_true", help="skip the --nproc rows")
     parser.add_argument("--repeat", type=int, default=2, help="best of N for the warm rows")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -321,7 +349,8 @@ def main() -> None:
                 best = min(best, fn(store))
             results[name] = best
         limit = min(results["limit: numcodecs, threads"], results["limit: zarr-python slabs"])
-        table(f"zarr, {mode} page cache:", nbytes, results, limit)
+        zarr = results["limit: zarr-python slabs"]
+        table(f"zarr, {mode} page cache:", nbytes, results, limit, zarr)
         if "xarray+dask float64" in results:
             speedup = results["xarray+dask float64"] / results["wxstats compute (command)"]
             print(f"  wxstats compute is {speedup:.1f}x xarray+dask float64")
@@ -340,6 +369,8 @@ def main() -> None:
             )
         finally:
             s3.stop()
+    if not args.no_ranks:
+        ranks(store, args.dir, nbytes)
     ours, base = startup(args.dir)
     print(
         f"start-up: wxstats compute tiny.zarr {ours:.2f} s; import numpy, xarray {base:.2f} s; "

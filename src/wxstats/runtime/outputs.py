@@ -58,6 +58,7 @@ def open_source(options: ComputeOptions) -> Source:
             feature_dims=options.feature_dims,
             block_bytes=block,
             storage_options=options.storage_options,
+            io_threads=options.threads or 0,
         ),
     )
 

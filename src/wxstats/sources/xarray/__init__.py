@@ -64,7 +64,7 @@ class XarrayOptions:
     feature_dims: tuple[str, ...] | None = None
     block_bytes: int = DEFAULT_BLOCK_BYTES
     storage_options: tuple[tuple[str, Any], ...] = ()
-    io_threads: int = 0  # threads fetching and decompressing chunks; 0: the CPUs
+    io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
 
 
 class XarraySource:
@@ -129,7 +129,8 @@ class XarraySource:
         """Chunk-by-chunk reading for a zarr store (see :mod:`.chunks`)."""
         if len(self.parts) != 1 or not is_zarr(self.path):
             return None
-        threads = self.options.io_threads or len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        threads = self.options.io_threads or cpus or 1
         try:
             return ZarrChunkReader(self.path, storage, threads)
         except Exception as exc:  # zarr raises many kinds for what xarray opened
