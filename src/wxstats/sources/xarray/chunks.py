@@ -15,14 +15,17 @@ Arrays this module does not decode itself (sharding, filters, checksums,
 ``F`` order, codecs other than zstd/blosc/gzip) are read with zarr's own basic
 slicing. A chunk object that is missing (deleted, or never written) is read as
 the array's fill value only if that value decodes to missing (NaN), so the
-kernel refuses it without ``--skipna`` and counts it in ``nan_count`` with it;
-any other missing chunk is an error naming its key, never a silent number.
+kernel refuses it without ``--skipna`` and counts it in ``nan_count`` with it
+(with a warning naming the first missing key of the variable); any other
+missing chunk is an error naming its key, never a silent number.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -153,6 +156,8 @@ class ZarrChunkReader:
         self.group = zarr.open_group(path, mode="r", **opts)
         self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wxstats-chunks")
         self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
 
     def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
         if name not in self._arrays:
@@ -228,6 +233,7 @@ class ZarrChunkReader:
                     f"{where}: chunk object {key} is missing from the store (zarr would "
                     f"read it as the fill value {arr.fill_value!r}: silently wrong numbers)"
                 )
+            self._warn_missing(req.name, key)
             stored[dst] = arr.fill_value
             return
         try:
@@ -237,6 +243,20 @@ class ZarrChunkReader:
             msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             raise InputError(msg) from None
         stored[dst] = values[src]
+
+    def _warn_missing(self, name: str, key: str) -> None:
+        """Say so (once per variable) when a missing chunk is read as missing values."""
+        with self._lock:
+            if name in self._warned:
+                return
+            self._warned.add(name)
+        warnings.warn(
+            f"{self.path}: variable {name}: chunk object {key} is missing from the store; "
+            "its values are read as missing (NaN, counted in nan_count); further missing "
+            f"chunks of {name} are not listed",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
