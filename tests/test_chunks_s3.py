@@ -103,6 +103,7 @@ def test_many_small_chunks_match_the_reference_with_requests_in_flight(s3, tmp_p
     app.delay = 0.01  # 10 ms per GET: one request at a time would take 2 s
     try:
         argv = ["compute", url, "--output", str(out), "--diff-steps", "1,4", "--quiet"]
+        argv += ["--block-mb", "0.0005", "--threads", "2"]  # 13 blocks, fetched ahead
         assert main([*argv, *_cli_options(options)]) == 0, capsys.readouterr().err
     finally:
         app.delay = 0.0

@@ -244,9 +244,9 @@ class XarraySource:
         return out
 
     def prefetch(self, index: int) -> None:
-        """Local zarr: ask the kernel to start reading the block's chunk files
-        (``posix_fadvise(WILLNEED)``), so that a cold disk works ahead of the kernel."""
-        if self._chunks is None or not self._chunks.store.local:
+        """zarr: read ahead (see :meth:`.ZarrChunkReader.will_need`), so that a cold
+        disk or an object store works while the kernel computes."""
+        if self._chunks is None:
             return
         block = self.blocks[index]
         reqs = [self._request(v, block.first, block.stop) for v in self.vars if v.has_time]

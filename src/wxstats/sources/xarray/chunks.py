@@ -27,7 +27,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,8 @@ from wxstats.sources.xarray.open import first_line, is_url
 
 REQUESTS_IN_FLIGHT = 64
 """Connections to an object store: a block's chunk objects are requested at once."""
+BLOCKS_AHEAD = 2
+"""Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
@@ -105,7 +107,12 @@ class ChunkStore:
     def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
         """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
         urls = [f"{self.root}/{k}" for k in keys]
-        found = self.fs.cat(urls, on_error="return")
+        try:
+            found = self.fs.cat(urls, on_error="return")
+        except Exception as exc:  # the endpoint itself: unreachable, refused, no credentials
+            raise InputError(
+                f"{self.path}: cannot read objects {keys[0]}...: {first_line(exc)}"
+            ) from None
         out: dict[str, bytes | None] = {}
         for key, url in zip(keys, urls, strict=True):
             value = found.get(url, FileNotFoundError(url))
@@ -158,6 +165,8 @@ class ZarrChunkReader:
         self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._ahead: dict[tuple[str, ...], Future] = {}
+        self._fetcher = ThreadPoolExecutor(BLOCKS_AHEAD, thread_name_prefix="wxstats-fetch")
 
     def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
         if name not in self._arrays:
@@ -188,8 +197,22 @@ class ZarrChunkReader:
     def keys(self, req: SlabRequest) -> list[str]:
         return [key for key, _, _ in self._chunks(req)]
 
+    def _keys(self, reqs: list[SlabRequest]) -> tuple[str, ...]:
+        """The chunk objects this module fetches for ``reqs`` (not zarr's own)."""
+        return tuple(k for r in reqs if self._array(r.name)[1] for k in self.keys(r))
+
     def will_need(self, reqs: list[SlabRequest]) -> None:
-        self.store.will_need([k for r in reqs for k in self.keys(r) if self._array(r.name)[1]])
+        """Read-ahead of a coming block: local files are announced to the kernel;
+        remote objects are fetched in the background (at most ``BLOCKS_AHEAD``
+        blocks held), so the network works while the kernel computes."""
+        keys = self._keys(reqs)
+        if self.store.local:
+            self.store.will_need(list(keys))
+            return
+        with self._lock:
+            if keys in self._ahead or len(self._ahead) >= BLOCKS_AHEAD:
+                return
+            self._ahead[keys] = self._fetcher.submit(self.store.get_many, list(keys))
 
     def read(self, reqs: list[SlabRequest]) -> dict[str, np.ndarray]:
         """The raw slabs of ``reqs`` (one block), keyed by variable name."""
@@ -208,7 +231,10 @@ class ZarrChunkReader:
                 tasks.append((req, key, stored, dst, src))
         fetched = None
         if not self.store.local:
-            fetched = self.store.get_many([t[1] for t in tasks if t[1] is not None])
+            keys = self._keys(reqs)
+            with self._lock:
+                ahead = self._ahead.pop(keys, None)
+            fetched = ahead.result() if ahead is not None else self.store.get_many(list(keys))
         futures = [self.pool.submit(self._fill, fetched, *t) for t in tasks]
         for fut in futures:
             fut.result()
@@ -259,4 +285,6 @@ class ZarrChunkReader:
         )
 
     def close(self) -> None:
+        self._fetcher.shutdown(wait=True, cancel_futures=True)
+        self._ahead.clear()
         self.pool.shutdown(wait=True)
