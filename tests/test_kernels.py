@@ -38,6 +38,9 @@ def test_compiled_kernel_matches_numpy_definitions(dtype):
         y = (d - dshift[k]) / dscale[k]
         np.testing.assert_allclose(fast.diff_sum2[k], (y * y).sum(axis=(0, 1)), rtol=1e-12)
         np.testing.assert_allclose(fast.diff_sum1[k], slow.diff_sum1[k], rtol=1e-9, atol=1e-8)
+        # extremes of the differences: exact (anemoi's tendency minimum/maximum)
+        assert np.array_equal(fast.diff_minimum[k], d.min(axis=(0, 1)))
+        assert np.array_equal(fast.diff_maximum[k], d.max(axis=(0, 1)))
 
 
 def test_kernel_counts_and_skips_nan_and_inf():
@@ -58,6 +61,12 @@ def test_kernel_counts_and_skips_nan_and_inf():
     assert out.count[0] == 7 * 1100 - 2
     # each NaN spoils the pairs it belongs to: (2,3),(1,2)... for lag 1
     assert out.diff_count[1][0] == 8 * 1100 - 4
+    # the extremes of the differences skip the NaN and Inf pairs
+    a = block.array[:, :, block.channels].astype(np.float64)
+    d = a[1:9] - a[:8]
+    ok = np.isfinite(d)
+    np.testing.assert_array_equal(out.diff_minimum[1], np.where(ok, d, np.inf).min(axis=(0, 1)))
+    np.testing.assert_array_equal(out.diff_maximum[1], np.where(ok, d, -np.inf).max(axis=(0, 1)))
     assert np.isfinite(out.sum1).all() and np.isfinite(out.diff_sum2[1]).all()
 
 
@@ -132,6 +141,8 @@ def test_kernel_matches_numpy_across_chunks_lanes_and_leftovers(n_c, n_g):
     np.testing.assert_allclose(fast.sum2, slow.sum2, rtol=1e-12)
     for k in (1, 3):
         np.testing.assert_array_equal(fast.diff_count[k], slow.diff_count[k])
+        np.testing.assert_array_equal(fast.diff_minimum[k], slow.diff_minimum[k])
+        np.testing.assert_array_equal(fast.diff_maximum[k], slow.diff_maximum[k])
         np.testing.assert_allclose(fast.diff_sum1[k], slow.diff_sum1[k], rtol=1e-11, atol=1e-9)
         np.testing.assert_allclose(fast.diff_sum2[k], slow.diff_sum2[k], rtol=1e-12)
 

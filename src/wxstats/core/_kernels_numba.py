@@ -94,7 +94,7 @@ def values_checked(x, base, n, lanes, sh, iv, s1, s2, mn, mx, cnt, nans, infs):
 
 
 @njit(**_OPTS)
-def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2):
+def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
     nrow = n // lanes
     r = 0
     while r + 4 <= nrow:
@@ -110,33 +110,55 @@ def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2):
         for j in range(lanes):
             p = sh[j]
             q = iv[j]
-            y0 = ((np.float64(x0[j]) - np.float64(k0[j])) - p) * q
-            y1 = ((np.float64(x1[j]) - np.float64(k1[j])) - p) * q
-            y2 = ((np.float64(x2[j]) - np.float64(k2[j])) - p) * q
-            y3 = ((np.float64(x3[j]) - np.float64(k3[j])) - p) * q
+            d0 = np.float64(x0[j]) - np.float64(k0[j])
+            d1 = np.float64(x1[j]) - np.float64(k1[j])
+            d2 = np.float64(x2[j]) - np.float64(k2[j])
+            d3 = np.float64(x3[j]) - np.float64(k3[j])
+            y0 = (d0 - p) * q
+            y1 = (d1 - p) * q
+            y2 = (d2 - p) * q
+            y3 = (d3 - p) * q
             s1[j] = (((s1[j] + y0) + y1) + y2) + y3
             s2[j] = (((s2[j] + y0 * y0) + y1 * y1) + y2 * y2) + y3 * y3
+            m = mn[j]
+            m = d0 if d0 < m else m
+            m = d1 if d1 < m else m
+            m = d2 if d2 < m else m
+            m = d3 if d3 < m else m
+            mn[j] = m
+            m = mx[j]
+            m = d0 if d0 > m else m
+            m = d1 if d1 > m else m
+            m = d2 if d2 > m else m
+            m = d3 if d3 > m else m
+            mx[j] = m
         r += 4
     while r < nrow:
         o = base + r * lanes
         x0 = x[o : o + lanes]
         k0 = xk[o : o + lanes]
         for j in range(lanes):
-            y0 = ((np.float64(x0[j]) - np.float64(k0[j])) - sh[j]) * iv[j]
+            d0 = np.float64(x0[j]) - np.float64(k0[j])
+            y0 = (d0 - sh[j]) * iv[j]
             s1[j] += y0
             s2[j] += y0 * y0
+            mn[j] = d0 if d0 < mn[j] else mn[j]
+            mx[j] = d0 if d0 > mx[j] else mx[j]
         r += 1
     o = base + nrow * lanes
     x0 = x[o : base + n]
     k0 = xk[o : base + n]
     for j in range(x0.shape[0]):
-        y0 = ((np.float64(x0[j]) - np.float64(k0[j])) - sh[j]) * iv[j]
+        d0 = np.float64(x0[j]) - np.float64(k0[j])
+        y0 = (d0 - sh[j]) * iv[j]
         s1[j] += y0
         s2[j] += y0 * y0
+        mn[j] = d0 if d0 < mn[j] else mn[j]
+        mx[j] = d0 if d0 > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
-def diffs_checked(x, xk, base, n, lanes, sh, iv, s1, s2, cnt):
+def diffs_checked(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx, cnt):
     for i in range(n):
         j = i % lanes
         d = np.float64(x[base + i]) - np.float64(xk[base + i])
@@ -145,6 +167,8 @@ def diffs_checked(x, xk, base, n, lanes, sh, iv, s1, s2, cnt):
             s1[j] += y
             s2[j] += y * y
             cnt[j] += 1
+            mn[j] = d if d < mn[j] else mn[j]
+            mx[j] = d if d > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
@@ -163,9 +187,10 @@ def fold(lane_sum, n_c, out):
 @njit(**_OPTS)
 def kernel(
     a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div,
-    count, tv1, tv2, mn, mx, nans, infs, dcount, td1, td2,
+    count, tv1, tv2, mn, mx, nans, infs, dcount, td1, td2, dmn, dmx,
 ):  # fmt: skip
-    # per-step sums out: tv1/tv2 (n_t, n_c), td1/td2 (n_s, n_t, n_c), zeroed by the caller
+    # per-step sums out: tv1/tv2 (n_t, n_c), td1/td2 (n_s, n_t, n_c), zeroed by the caller;
+    # extremes of the differences out: dmn/dmx (n_s, n_c), +inf/-inf from the caller
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
@@ -225,7 +250,9 @@ def kernel(
                 xk = a[t - lags[s]]
                 l1[:] = 0.0
                 l2[:] = 0.0
-                diffs_fast(x, xk, base, n, lanes, dsh[s], div[s], l1, l2)
+                lmn[:] = np.inf
+                lmx[:] = -np.inf
+                diffs_fast(x, xk, base, n, lanes, dsh[s], div[s], l1, l2, lmn, lmx)
                 ok = fold(l1, n_c, c1)
                 ok = fold(l2, n_c, c2) and ok
                 if ok:
@@ -234,8 +261,10 @@ def kernel(
                 else:
                     l1[:] = 0.0
                     l2[:] = 0.0
+                    lmn[:] = np.inf
+                    lmx[:] = -np.inf
                     lcnt[:] = 0
-                    diffs_checked(x, xk, base, n, lanes, dsh[s], div[s], l1, l2, lcnt)
+                    diffs_checked(x, xk, base, n, lanes, dsh[s], div[s], l1, l2, lmn, lmx, lcnt)
                     fold(l1, n_c, c1)
                     fold(l2, n_c, c2)
                     for j in range(lanes):
@@ -243,3 +272,7 @@ def kernel(
                 for c in range(n_c):
                     td1[s, t, c] += c1[c]
                     td2[s, t, c] += c2[c]
+                for j in range(lanes):
+                    c = j % n_c
+                    dmn[s, c] = lmn[j] if lmn[j] < dmn[s, c] else dmn[s, c]
+                    dmx[s, c] = lmx[j] if lmx[j] > dmx[s, c] else dmx[s, c]

@@ -242,7 +242,9 @@ class StreamMoments:
         (v1, v2), *diff_units = units
         self.values.add(sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count)
         for k, (d1, d2) in zip(sorted(self.diffs), diff_units, strict=True):
-            self.diffs[k].add(sums.diff_count[k], d1, d2)
+            self.diffs[k].add(
+                sums.diff_count[k], d1, d2, sums.diff_minimum.get(k), sums.diff_maximum.get(k)
+            )
 
     def merge(self, other: StreamMoments) -> None:
         self.values.merge(other.values)
@@ -340,7 +342,13 @@ class RunMoments:
                     )
                     continue
                 d_mean, d_std = part.extract(refs[spec.name].diffs[k])
-                diff[k] = DiffStats(mean=d_mean, std=d_std, count=part.count.copy())
+                diff[k] = DiffStats(
+                    mean=d_mean,
+                    std=d_std,
+                    count=part.count.copy(),
+                    minimum=np.where(part.count > 0, part.minimum, np.nan),
+                    maximum=np.where(part.count > 0, part.maximum, np.nan),
+                )
             for f, name in enumerate(spec.features):
                 if std[f] == 0:
                     notes.append(

@@ -62,7 +62,8 @@ class Block:
 @dataclass
 class BlockSums:
     """Float64 sums of one block, per feature: per time step (rows) for the sums,
-    totals for the counts and extremes. Rows outside a range are zero.
+    totals for the counts and extremes (of the values and of the differences).
+    Rows outside a range are zero.
 
     The rows are what the exact combiner takes (:mod:`wxstats.core.combine`);
     ``sum1``/``sum2`` (and ``diff_sum1``/``diff_sum2``) are their totals in time
@@ -79,6 +80,8 @@ class BlockSums:
     diff_count: dict[int, np.ndarray]
     diff_step_sum1: dict[int, np.ndarray]  # lag -> (T, F), rows indexed by the later time
     diff_step_sum2: dict[int, np.ndarray]
+    diff_minimum: dict[int, np.ndarray] = field(default_factory=dict)  # lag -> (F,)
+    diff_maximum: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def sum1(self) -> np.ndarray:
@@ -131,6 +134,8 @@ def _empty_sums(n_t: int, n_f: int, lags: list[int]) -> BlockSums:
         diff_count={k: np.zeros(n_f, dtype=np.int64) for k in lags},
         diff_step_sum1={k: np.zeros((n_t, n_f)) for k in lags},
         diff_step_sum2={k: np.zeros((n_t, n_f)) for k in lags},
+        diff_minimum={k: np.full(n_f, np.inf) for k in lags},
+        diff_maximum={k: np.full(n_f, -np.inf) for k in lags},
     )
 
 
@@ -174,6 +179,7 @@ def block_sums(
     mn, mx = np.full(n_c, np.inf), np.full(n_c, -np.inf)
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
     td1, td2 = np.zeros((n_s, n_t, n_c)), np.zeros((n_s, n_t, n_c))
+    dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
     _kernel()(
         array.reshape(n_t, n_g * n_c),
         n_c,
@@ -200,6 +206,8 @@ def block_sums(
         dcount,
         td1,
         td2,
+        dmn,
+        dmx,
     )
     return BlockSums(
         count=counts["count"][channels],
@@ -212,6 +220,8 @@ def block_sums(
         diff_count={k: dcount[i][channels] for i, k in enumerate(lags)},
         diff_step_sum1={k: td1[i][:, channels] for i, k in enumerate(lags)},
         diff_step_sum2={k: td2[i][:, channels] for i, k in enumerate(lags)},
+        diff_minimum={k: dmn[i][channels] for i, k in enumerate(lags)},
+        diff_maximum={k: dmx[i][channels] for i, k in enumerate(lags)},
     )
 
 
@@ -251,4 +261,7 @@ def block_sums_numpy(
         out.diff_count[k] = ok.sum(axis=(0, 1)).astype(np.int64)
         out.diff_step_sum1[k][d0:d1] = yd.sum(axis=1)
         out.diff_step_sum2[k][d0:d1] = (yd * yd).sum(axis=1)
+        if ok.any():
+            out.diff_minimum[k] = np.where(ok, d, np.inf).min(axis=(0, 1))
+            out.diff_maximum[k] = np.where(ok, d, -np.inf).max(axis=(0, 1))
     return out

@@ -90,13 +90,16 @@ class DiffStats:
 
     ``mean_standardized``/``std_standardized`` are set only when a file holds
     that scale itself (neural-lam's ``diff_*.pt``); otherwise they are derived
-    from the std by :meth:`StreamStats.standardized_diff`."""
+    from the std by :meth:`StreamStats.standardized_diff`. ``minimum`` and
+    ``maximum`` (anemoi's tendency extremes) are exact, like the values'."""
 
     mean: np.ndarray
     std: np.ndarray
     count: np.ndarray | None = None
     mean_standardized: np.ndarray | None = None
     std_standardized: np.ndarray | None = None
+    minimum: np.ndarray | None = None
+    maximum: np.ndarray | None = None
 
 
 @dataclass
@@ -217,7 +220,9 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
             else:  # no pairs for this stream: count 0, no values
                 n = len(s.features)
                 nan = np.full(n, np.nan)
-                parts.append(DiffStats(nan, nan, np.zeros(n, dtype=np.int64)))
+                parts.append(
+                    DiffStats(nan, nan, np.zeros(n, dtype=np.int64), minimum=nan, maximum=nan)
+                )
 
         def join(attr: str, parts: list[DiffStats] = parts) -> np.ndarray | None:
             values = [getattr(p, attr) for p in parts]
@@ -229,6 +234,8 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
             join("count"),
             join("mean_standardized"),
             join("std_standardized"),
+            join("minimum"),
+            join("maximum"),
         )
     first = streams[0].layout if streams else None
     layout = StreamLayout(prefix=name, split=split or "", category=name) if first else None
@@ -271,6 +278,13 @@ def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _diff_entry(d: DiffStats) -> dict[str, Any]:
+    entry = {"count": _ints(d.count), "mean": _floats(d.mean), "std": _floats(d.std)}
+    if d.minimum is not None and d.maximum is not None:
+        entry.update(min=_floats(d.minimum), max=_floats(d.maximum))
+    return entry
+
+
 def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
     groups = stats.by_category(split)
     state = groups.get("state") or concatenate("state", [], split)
@@ -285,10 +299,7 @@ def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
             "max": _floats(state.maximum),
             "nan_count": _ints(state.nan_count),
         },
-        "diff": {
-            str(k): {"count": _ints(d.count), "mean": _floats(d.mean), "std": _floats(d.std)}
-            for k, d in sorted(state.diff.items())
-        },
+        "diff": {str(k): _diff_entry(d) for k, d in sorted(state.diff.items())},
         "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
         "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
         "warnings": list(stats.warnings),

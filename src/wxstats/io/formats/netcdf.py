@@ -37,7 +37,7 @@ METHOD = (
     "shifted, power-of-two-scaled values combined by exact (integer) summation and "
     "rounded once; diff statistics over x[t] - x[t-k]; *_standardized = diff / std"
 )
-DIFF_OPS = ("count", "mean", "std", "mean_standardized", "std_standardized")
+DIFF_OPS = ("count", "mean", "std", "mean_standardized", "std_standardized", "min", "max")
 OPS = VALUE_OPS + tuple(f"diff_{op}" for op in DIFF_OPS)
 _NAME = re.compile(
     r"^(?P<prefix>.+)__(?P<split>(?:(?!__)[^/])+)__(?P<op>"
@@ -84,8 +84,12 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
                 ("diff_std", [stream.diff[k].std for k in steps]),
                 ("diff_mean_standardized", [s[0] for s in std_scale]),
                 ("diff_std_standardized", [s[1] for s in std_scale]),
+                ("diff_min", [stream.diff[k].minimum for k in steps]),
+                ("diff_max", [stream.diff[k].maximum for k in steps]),
             ):
-                attrs = unit if op in ("diff_mean", "diff_std") else {}
+                if any(v is None for v in values):
+                    continue  # extremes of a set read from a file that lacks them
+                attrs = unit if op not in ("diff_count",) and "standardized" not in op else {}
                 data_vars[prefix + op] = _variable(values, lay, (diff_dim,), attrs)
     attrs = {
         "title": TITLE,
@@ -249,6 +253,8 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
                 count=got.get("count"),
                 mean_standardized=got.get("mean_standardized"),
                 std_standardized=got.get("std_standardized"),
+                minimum=got.get("min"),
+                maximum=got.get("max"),
             )
     category = prefix if prefix in CATEGORIES else "state"
     layout = StreamLayout(

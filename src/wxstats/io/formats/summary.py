@@ -96,7 +96,13 @@ def read_summary(path: Path, split: str | None = None) -> Stats:
             raise InputError(f"{path}: diff step {step!r} is not an integer") from None
         got = {op: _floats(v, where, f"diff.{step}.{op}") for op, v in entry.items()}
         if "mean" in got and "std" in got:
-            diff[key] = DiffStats(mean=got["mean"], std=got["std"], count=got.get("count"))
+            diff[key] = DiffStats(
+                mean=got["mean"],
+                std=got["std"],
+                count=got.get("count"),
+                minimum=got.get("min"),
+                maximum=got.get("max"),
+            )
             derived |= {f"diff{key} mean_standardized", f"diff{key} std_standardized"}
     if "mean" not in ops or "std" not in ops:
         raise InputError(f"{path}: the state section holds no mean and std")
