@@ -26,6 +26,8 @@ def _dataset(n_time=23, shape=(3, 5, 7)):
         {
             "a": (("time", "level", "y", "x"), rng.standard_normal((n_time, *shape), "f4")),
             "p": (("time", "y", "x"), rng.integers(-999, 999, (n_time, *shape[1:]), "i2")),
+            # time not first, as mllam-data-prep stores forcing (feature, time, grid)
+            "q": (("level", "time", "x"), rng.standard_normal((shape[0], n_time, shape[2]), "f4")),
         },
         coords={"time": hourly(n_time), "level": [1, 2, 3]},
     )
@@ -46,12 +48,12 @@ LAYOUTS = {
 def test_slabs_equal_xarray(tmp_path, layout):
     spec = LAYOUTS[layout]
     ds = _dataset()
-    chunks = {"a": (4, 2, 3, 4), "p": (4, 3, 4)}  # edge chunks in every dimension
+    chunks = {"a": (4, 2, 3, 4), "p": (4, 3, 4), "q": (2, 4, 4)}  # edge chunks everywhere
     enc = {}
-    for v in ("a", "p"):
+    for v in ("a", "p", "q"):
         enc[v] = {"chunks": chunks[v], **spec["encoding"]}
-        if layout == "v3-sharded" and v == "p":
-            enc[v]["shards"] = (8, 3, 4)
+        if layout == "v3-sharded" and v != "a":
+            enc[v]["shards"] = {"p": (8, 3, 4), "q": (2, 8, 4)}[v]
         if layout == "v2-big-endian" and v == "p":
             enc[v]["dtype"] = ">i2"
     path = tmp_path / "s.zarr"
@@ -66,12 +68,15 @@ def test_slabs_equal_xarray(tmp_path, layout):
             reqs = [
                 SlabRequest("a", start, stop, (0, 2, 3, 1), False),
                 SlabRequest("p", start, stop, (0, 2, 1), False),
+                SlabRequest("q", start, stop, (1, 2, 0), False),
             ]
             got = reader.read(reqs)
             want_a = ref["a"].isel(time=slice(start, stop)).transpose("time", "y", "x", "level")
             want_p = ref["p"].isel(time=slice(start, stop)).transpose("time", "x", "y")
             np.testing.assert_array_equal(got["a"], want_a.values, strict=False)
             np.testing.assert_array_equal(got["p"], want_p.values)
+            want_q = ref["q"].isel(time=slice(start, stop)).transpose("time", "x", "level")
+            np.testing.assert_array_equal(got["q"], want_q.values)
             assert got["a"].flags.c_contiguous and got["a"].dtype.isnative
     finally:
         reader.close()

@@ -141,8 +141,10 @@ class ChunkStore:
 
 @dataclass(frozen=True)
 class SlabRequest:
-    """Raw values of ``name`` at time steps ``[start, stop)`` with axes in ``order``
-    (time first); a missing chunk reads as the fill value only if ``missing_ok``."""
+    """Raw values of ``name`` at time steps ``[start, stop)`` with the stored axes
+    put in ``order`` (``order[0]``, the stored time axis, first: mllam-data-prep
+    stores forcing as (feature, time, grid)); a missing chunk reads as the fill
+    value only if ``missing_ok``."""
 
     name: str
     start: int
@@ -175,17 +177,20 @@ class ZarrChunkReader:
         return self._arrays[name]
 
     def _chunks(self, req: SlabRequest):
-        """(key, where in the slab, where in the chunk) of every chunk of ``req``."""
+        """(key, where in the slab, where in the chunk) of every chunk of ``req``,
+        both in stored axis order."""
         arr, _ = self._array(req.name)
-        shape, cs = arr.shape, arr.chunks
-        ranges = [range(req.start // cs[0], (req.stop - 1) // cs[0] + 1)]
-        ranges += [range(-(-n // c)) for n, c in zip(shape[1:], cs[1:], strict=True)]
+        shape, cs, t = arr.shape, arr.chunks, req.order[0]
+        ranges = [
+            range(req.start // c, (req.stop - 1) // c + 1) if d == t else range(-(-n // c))
+            for d, (n, c) in enumerate(zip(shape, cs, strict=True))
+        ]
         for coords in itertools.product(*ranges):
             dst, src = [], []
             for d, c in enumerate(coords):
                 lo = c * cs[d]
                 hi = min(lo + cs[d], shape[d])
-                if d == 0:
+                if d == t:
                     lo, hi = max(lo, req.start), min(hi, req.stop)
                     dst.append(slice(lo - req.start, hi - req.start))
                 else:
@@ -219,7 +224,8 @@ class ZarrChunkReader:
         out, tasks = {}, []
         for req in reqs:
             arr, codec = self._array(req.name)
-            shape = (req.stop - req.start, *arr.shape[1:])
+            shape = list(arr.shape)
+            shape[req.order[0]] = req.stop - req.start
             dtype = np.dtype(arr.dtype).newbyteorder("=")
             slab = np.empty([shape[a] for a in req.order], dtype=dtype)
             out[req.name] = slab
@@ -245,7 +251,9 @@ class ZarrChunkReader:
         where = f"{self.path}: variable {req.name}"
         if key is None:  # zarr's own (basic) slicing
             try:
-                stored[...] = arr[req.start : req.stop]
+                where_t = [slice(None)] * arr.ndim
+                where_t[req.order[0]] = slice(req.start, req.stop)
+                stored[...] = arr[tuple(where_t)]
             except Exception as exc:  # storage errors of any backend
                 raise InputError(f"{where}: cannot read: {first_line(exc)}") from None
             return
