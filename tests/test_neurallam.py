@@ -8,8 +8,6 @@ import torch
 import xarray as xr
 
 from reference import assert_close, meps_reference
-from wxstats.core.errors import WxstatsError
-from wxstats.io import atomic
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source, write_outputs
 from wxstats.runtime.run import compute_source
@@ -58,26 +56,3 @@ def test_statistics_file_is_self_describing_float64(written):
     )
     assert "exact" in ds.attrs["method"]
     ds.close()
-
-
-def test_failed_write_leaves_nothing_behind(tmp_path):
-    target = tmp_path / "a.txt"
-    target.write_text("old")
-
-    def good(p):
-        p.write_text("new")
-
-    def bad(p):
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(WxstatsError, match="nothing was replaced"):
-        atomic.write_all({target: good, tmp_path / "b.txt": bad}, overwrite=True)
-    assert target.read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
-
-
-def test_unwritable_output_folder_is_reported_up_front(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    with pytest.raises(WxstatsError, match="not writable"):
-        atomic.check_writable([blocker / "sub" / "x.pt"], overwrite=False)

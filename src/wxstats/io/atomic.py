@@ -3,11 +3,17 @@ final folder, flushed to disk, and renamed only when all of them are ready.
 
 A crash or a failed write leaves earlier results untouched and no half-written
 file behind; an existing result is replaced only when the caller allows it.
+
+File modes are what a user of a shared cluster expects: a new file gets
+``0666 & ~umask`` (``mkstemp`` alone would make every output 0600, unreadable to
+the colleagues whose training jobs load a group-shared ``static/``), and a file
+being replaced keeps its own mode.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +53,30 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` sets it, which
+    races with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode(final: Path) -> int:
+    """The permission bits ``final`` gets: those of the file it replaces, else
+    what ``open`` would give a new file under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(final).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -71,6 +101,7 @@ def write_all(outputs: dict[Path, Writer], overwrite: bool) -> None:
             temp = Path(name)
             temps[final] = temp
             writer(temp)
+            os.chmod(temp, output_mode(final))  # after the writer: it may recreate the file
             fsync_file(temp)
         for final, temp in temps.items():
             os.replace(temp, final)
