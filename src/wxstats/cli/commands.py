@@ -59,12 +59,13 @@ def run_compute(options: ComputeOptions) -> int:
 
 
 def run_example(args: argparse.Namespace) -> int:
-    from wxstats.tools.example import ExampleSpec, write_example
+    from wxstats.tools.example import ExampleSpec, example_in
 
     started = time.perf_counter()
     spec = ExampleSpec(analysis_times=args.times, members=args.members, grid=tuple(args.grid))
-    config = write_example(args.directory, spec)
-    print(f"wrote example dataset: {config}")
+    config, reused = example_in(args.directory, spec, args.overwrite)
+    said = "using the example dataset already in" if reused else "wrote example dataset:"
+    print(f"{said} {config}")
     status = run_compute(ComputeOptions(dataset=str(config), overwrite=args.overwrite))
     print(f"example finished in {time.perf_counter() - started:.1f} s")
     return status

@@ -97,7 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="grid size (default 32 40)",
     )
     example.add_argument(
-        "--overwrite", action="store_true", help="replace statistics already in DIRECTORY/static"
+        "--overwrite",
+        action="store_true",
+        help="write into a DIRECTORY that is not empty (files of the same names are replaced) "
+        "and replace statistics already in DIRECTORY/static; without it a non-empty DIRECTORY "
+        "is refused, unless it holds this same example, which is reused",
     )
 
     report = commands.add_parser(

@@ -5,16 +5,24 @@ geopotential at 500 hPa ~5.5e4 m²/s², temperatures ~280 K, winds of a few
 m/s, and a TOA shortwave flux that follows the sun and is zero at night. Two
 ensemble members, a few analysis times, 65 hourly steps. The same arguments
 always give the same bytes (seeded per sample).
+
+The command never destroys what a user has: a folder that is not empty is
+written into only with ``--overwrite``, except one that already holds this very
+example (same spec, recorded in a marker file written last), which is reused
+as it is.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+
+from wxstats.core.errors import WxstatsError
 
 # (name, long name, units, typical mean, spatial spread, temporal spread)
 VARIABLES: list[tuple[str, str, str, float, float, float]] = [
@@ -40,6 +48,8 @@ REMOVED_INDEX = 15
 """Like MEPS, the files hold one more feature, dropped by the config."""
 
 SOLAR_CONSTANT = 1361.0
+MARKER = ".wxstats-example.json"
+"""Written last into an example folder: the spec it was made with."""
 
 
 @dataclass(frozen=True)
@@ -182,4 +192,29 @@ def write_example(root: str | Path, spec: ExampleSpec = ExampleSpec()) -> Path:
                 folder / f"nwp_toa_downwelling_shortwave_flux_{stamp}.npy", toa_flux(spec, when)
             )
             np.save(folder / f"wtr_{stamp}.npy", (xx < 0.3).astype(np.float32))
+    (root / MARKER).write_text(_spec_json(spec))
     return config_path
+
+
+def _spec_json(spec: ExampleSpec) -> str:
+    fields = {k: str(v) if isinstance(v, datetime) else v for k, v in vars(spec).items()}
+    return json.dumps(fields, sort_keys=True, default=list)
+
+
+def example_in(root: str | Path, spec: ExampleSpec, overwrite: bool) -> tuple[Path, bool]:
+    """The example's config under ``root`` and whether it was already there:
+    written into an empty or new folder, reused where the same example is,
+    written over other files only with ``overwrite``."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise WxstatsError(f"{root}: exists and is not a folder; choose another location")
+    marker = root / MARKER
+    if not overwrite and marker.is_file() and marker.read_text() == _spec_json(spec):
+        return root / "meps.datastore.yaml", True
+    if root.is_dir() and any(root.iterdir()) and not overwrite:
+        what = "holds a different wxstats example" if marker.is_file() else "is not empty"
+        raise WxstatsError(
+            f"{root}: {what}; the example would overwrite files in it. Choose a new folder, "
+            "or pass --overwrite to write the example into it anyway"
+        )
+    return write_example(root, spec), False
