@@ -146,3 +146,50 @@ def test_a_dataset_variable_named_state_is_one_variable_among_others(tmp_path, c
     assert main(["report", str(out), "-o", str(tmp_path / "r")]) == 0
     page = (tmp_path / "r" / "wxstats_report.html").read_text()
     assert ">msl<" in page and ">state<" in page
+
+
+def test_two_outputs_on_one_file_are_refused_before_reading(store, tmp_path, capsys):
+    path, _ = store
+    out = tmp_path / "x.nc"
+    args = ["compute", str(path), "--output", str(out), "--summary", str(tmp_path / "." / "x.nc")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "two outputs of this run are the same file" in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_output_on_or_inside_the_input_is_refused_even_with_overwrite(tmp_path, inside, capsys):
+    ds, _ = gridded(n_time=6)
+    if inside:
+        data = write_zarr(ds, tmp_path / "d.zarr")
+        target = data / "stats.nc"
+    else:
+        data = tmp_path / "d.nc"
+        ds.to_netcdf(data)
+        target = data
+    before = sorted((p.name, p.stat().st_size) for p in tmp_path.rglob("*"))
+    os.chdir(tmp_path)
+    args = ["compute", str(data), "--output", os.path.relpath(target), "--overwrite", "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "would destroy the data" in err and str(data) in err
+    assert sorted((p.name, p.stat().st_size) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_glob_run_twice_leaves_its_own_output_out(tmp_path, capsys):
+    ds, truth = gridded(n_time=12)
+    for i in range(3):
+        ds.isel(time=slice(4 * i, 4 * i + 4)).to_netcdf(tmp_path / f"era5_{i}.nc")
+    pattern, out = str(tmp_path / "era5_*.nc"), tmp_path / "era5_stats.nc"
+    args = ["compute", pattern, "--variables", "t2m", "--output", str(out), "--quiet"]
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0
+    assert "left out 1 statistics file(s) written by wxstats" in capsys.readouterr().err
+    with xr.open_dataset(out) as stats:
+        assert int(stats["t2m__train__count"].values) == truth["t2m"].size
+        assert_close(stats["t2m__train__mean"].values, truth["t2m"].mean(), 1e-12, "mean")
+    (tmp_path / "era5_0.nc").unlink(), (tmp_path / "era5_1.nc").unlink()
+    (tmp_path / "era5_2.nc").unlink()
+    assert main([*args, "--overwrite"]) == 2
+    assert "all statistics written by wxstats" in capsys.readouterr().err

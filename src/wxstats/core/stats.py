@@ -25,6 +25,9 @@ import numpy as np
 CATEGORIES = ("state", "forcing", "static")
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
+RUN_ATTR = "wxstats_run"
+"""The global attribute of every statistics file wxstats writes (the run record):
+how a dataset glob recognizes an earlier output and leaves it out."""
 MEPS_FLUX = "toa_downwelling_shortwave_flux"
 """The forcing of neural-lam's MEPS datastore (its ``[mean, std]`` is ``flux_stats.pt``)."""
 

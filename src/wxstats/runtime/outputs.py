@@ -130,13 +130,39 @@ def planned_outputs(
         if output is not None:
             outputs[Path(output)] = netcdf_writer(stats) if stats else None
     if options.summary is not None:
-        outputs[Path(options.summary)] = summary_writer(stats) if stats else None
+        summary = Path(options.summary)
+        same = [p for p in outputs if p.resolve() == summary.resolve()]
+        if same:  # --output x.nc --summary x.nc kept only the JSON
+            raise WxstatsError(
+                f"{summary}: two outputs of this run are the same file ({same[0]} and the "
+                "--summary); give each its own name"
+            )
+        outputs[summary] = summary_writer(stats) if stats else None
     return outputs
 
 
+def check_collisions(source: Source, paths: list[Path]) -> None:
+    """Refuse outputs that would destroy an input: ``--output d.nc`` for the
+    dataset ``d.nc`` (with ``--overwrite`` it replaced the data with its
+    statistics), or a file inside an input folder (a zarr store)."""
+    resolved = {path.resolve(): path for path in paths}
+    for name in source.inputs():
+        data = Path(name).resolve()
+        for real, path in resolved.items():
+            if real == data or data in real.parents:
+                what = "is" if real == data else "is inside"
+                raise WxstatsError(
+                    f"{path}: this output {what} the input {name} of this run; writing it "
+                    "would destroy the data. Choose another output location"
+                )
+
+
 def check_outputs(source: Source, options: ComputeOptions) -> None:
-    """Refuse up front (before hours of work) outputs that exist or cannot be written."""
-    check_writable(list(planned_outputs(source, None, options)), options.overwrite)
+    """Refuse up front (before hours of work) outputs that exist, cannot be
+    written, or collide with the inputs or each other."""
+    paths = list(planned_outputs(source, None, options))
+    check_collisions(source, paths)
+    check_writable(paths, options.overwrite)
     if options.write_into:
         _write_into(source, None)
 

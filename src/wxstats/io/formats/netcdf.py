@@ -22,6 +22,7 @@ import numpy as np
 from wxstats.core.errors import InputError
 from wxstats.core.stats import (
     CATEGORIES,
+    RUN_ATTR,
     VALUE_OPS,
     DiffStats,
     Stats,
@@ -97,7 +98,7 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
         "source_kind": stats.source_kind,
         "split": ",".join(stats.splits()),
         "warnings": json.dumps(stats.warnings),
-        "wxstats_run": json.dumps(stats.run, sort_keys=True),
+        RUN_ATTR: json.dumps(stats.run, sort_keys=True),
     }
     attrs.update({f"source_{k}": v for k, v in stats.attrs.items()})
     return data_vars, coords, attrs
@@ -314,7 +315,7 @@ def read_stats_file(path: Path, split: str | None = None, engine: str | None = N
         except (TypeError, ValueError):
             stored = []
         try:
-            run = json.loads(ds.attrs.get("wxstats_run", "{}"))
+            run = json.loads(ds.attrs.get(RUN_ATTR, "{}"))
         except (TypeError, ValueError):
             run = {}
         is_wxstats = str(ds.attrs.get("title", "")).startswith("wxstats")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wxstats.core.errors import InputError
+from wxstats.core.stats import RUN_ATTR
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
 
@@ -65,12 +66,34 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
 
 
 def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
-    if is_glob(text):
-        files = sorted(globlib.glob(text))
-        if not files:
-            raise InputError(f"{text}: no files match this pattern")
-        return [(f, open_one(f)) for f in files]
-    return [(text, open_one(text, storage_options))]
+    """The datasets ``text`` names; a glob leaves out statistics files wxstats
+    wrote (``era5_*.nc`` run twice would otherwise read ``era5_stats.nc``)."""
+    if not is_glob(text):
+        return [(text, open_one(text, storage_options))]
+    files = sorted(globlib.glob(text))
+    if not files:
+        raise InputError(f"{text}: no files match this pattern")
+    parts, outputs = [], []
+    for f in files:
+        ds = open_one(f)
+        if RUN_ATTR in ds.attrs:
+            ds.close()
+            outputs.append(f)
+        else:
+            parts.append((f, ds))
+    if outputs:
+        if not parts:
+            raise InputError(
+                f"{text}: the files matching this pattern are all statistics written by "
+                f"wxstats ({', '.join(outputs)}), not data"
+            )
+        warnings.warn(
+            f"{text}: left out {len(outputs)} statistics file(s) written by wxstats that "
+            f"match the pattern: {', '.join(outputs)}",
+            UserWarning,
+            stacklevel=2,
+        )
+    return parts
 
 
 def output_stem(path: str | Path) -> str:
