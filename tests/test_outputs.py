@@ -193,3 +193,17 @@ def test_a_glob_run_twice_leaves_its_own_output_out(tmp_path, capsys):
     (tmp_path / "era5_2.nc").unlink()
     assert main([*args, "--overwrite"]) == 2
     assert "all statistics written by wxstats" in capsys.readouterr().err
+
+
+def test_a_meps_val_split_never_lands_on_the_training_normalization(meps_copy, capsys):
+    import torch
+
+    static = meps_copy.parent / "static"
+    assert not (static / "parameter_mean.pt").exists()
+    assert main(["compute", str(meps_copy), "--split", "val", "--quiet"]) == 0
+    assert not (static / "parameter_mean.pt").exists()
+    val_mean = torch.load(static / "val" / "parameter_mean.pt").double().numpy()
+    samples = sorted((meps_copy.parent / "samples" / "val").glob("nwp_*_mbr*.npy"))
+    data = np.concatenate([np.load(p) for p in samples]).astype(np.float64)
+    data = np.delete(data, 15, axis=-1)  # the config's remove_state_features_with_index
+    assert_close(val_mean, data.reshape(-1, data.shape[-1]).mean(axis=0), 1e-6, "val mean")

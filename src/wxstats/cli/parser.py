@@ -198,7 +198,9 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "--output-dir",
         type=Path,
         metavar="DIR",
-        help="write the statistics here instead of <datastore dir>/static",
+        help="write the statistics here instead of <datastore dir>/static (the train split) "
+        "or <datastore dir>/static/SPLIT (any other split: never where neural-lam loads its "
+        "training normalization)",
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace existing outputs (never done without it)"

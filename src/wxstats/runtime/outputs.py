@@ -94,6 +94,15 @@ def _write_into(source: Source, stats: Stats | None) -> None:
         write_into_store(source.path, mdp_values(stats, planned), planned)
 
 
+def meps_static_dir(source: Source) -> Path:
+    """Where a MEPS run writes without ``--output-dir``: ``static/`` for the
+    train split, the files neural-lam loads as its normalization; any other
+    split in ``static/<split>/``, where they cannot be taken for it."""
+    if source.split == "train":
+        return source.static_dir
+    return source.static_dir / source.split
+
+
 def planned_outputs(
     source: Source, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
@@ -106,7 +115,7 @@ def planned_outputs(
 
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
-        static = options.output_dir or source.static_dir
+        static = options.output_dir or meps_static_dir(source)
         if stats is None:
             outputs.update({static / name: None for name in NEURALLAM_FILES})
         else:
