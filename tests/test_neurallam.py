@@ -56,3 +56,43 @@ def test_statistics_file_is_self_describing_float64(written):
     )
     assert "exact" in ds.attrs["method"]
     ds.close()
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ("2=nan,0=1", "weight of level '2' is nan"),
+        ("2=inf", "weight of level '2' is inf"),
+        ("2=-1", "weight of level '2' is -1"),
+        ("2=1e39", "weight of level '2' is 1e+39"),
+        ("2=1,0=0.5,2=0.3", "level '2' is given twice"),
+        ("=1", "expects LEVEL=WEIGHT"),
+        ("2", "expects LEVEL=WEIGHT"),
+    ],
+)
+def test_bad_level_weights_are_refused_naming_the_entry(
+    meps_small, tmp_path, capsys, weights, message
+):
+    from wxstats.cli import main
+
+    out = tmp_path / "o"
+    args = ["compute", str(meps_small), "--output-dir", str(out), "--level-weights", weights]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_level_weights_through_the_library_are_checked_too(meps_small, tmp_path):
+    from wxstats.core.errors import WxstatsError
+
+    options = ComputeOptions(
+        dataset=str(meps_small), output_dir=tmp_path, level_weights={"2": float("nan")}
+    )
+    source = open_source(options)
+    stats = compute_source(source)
+    with pytest.raises(WxstatsError, match="weight of level '2' is nan"):
+        write_outputs(source, stats, options)
+    assert list(tmp_path.iterdir()) == []

@@ -20,22 +20,17 @@ from wxstats.cli.examples import (
     INSPECT_EPILOG,
     REPORT_EPILOG,
 )
+from wxstats.core.errors import WxstatsError
 from wxstats.runtime.options import ComputeOptions
 
 
 def _level_weights(text: str) -> dict[str, float]:
-    weights = {}
-    for item in text.split(","):
-        level, sep, weight = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            weights[level.strip()] = float(weight)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"--level-weights expects LEVEL=WEIGHT,... (got {item!r})"
-            ) from None
-    return weights
+    from wxstats.io.formats.neurallam import parse_level_weights
+
+    try:
+        return parse_level_weights(text)
+    except WxstatsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:

@@ -43,7 +43,38 @@ WEIGHTS_FILE = "parameter_weights.npy"
 NEURALLAM_FILES = (*TENSOR_FILES.values(), FLUX_FILE, WEIGHTS_FILE)
 
 
+def parse_level_weights(text: str) -> dict[str, float]:
+    """``LEVEL=WEIGHT,...`` as a map; every weight finite, at least 0, within
+    float32 (the type of ``parameter_weights.npy``), every level once: neural-lam
+    multiplies its loss by these numbers, a NaN or negative one silently
+    poisons or inverts the training."""
+    weights: dict[str, float] = {}
+    for item in text.split(","):
+        level, sep, value = (part.strip() for part in item.partition("="))
+        try:
+            weight = float(value) if sep and level else None
+        except ValueError:
+            weight = None
+        if weight is None:
+            raise WxstatsError(f"expects LEVEL=WEIGHT,... (got {item!r})")
+        if level in weights:
+            raise WxstatsError(f"level {level!r} is given twice")
+        weights[level] = _checked_weight(level, weight)
+    return weights
+
+
+def _checked_weight(level: str, weight: float) -> float:
+    if not (0.0 <= weight <= np.finfo(np.float32).max):
+        raise WxstatsError(
+            f"the weight of level {level!r} is {weight}; a loss weight "
+            "must be a finite number >= 0"
+        )
+    return weight
+
+
 def parameter_weights(levels: list[str], names: list[str], weights: dict[str, float]) -> np.ndarray:
+    for level, weight in weights.items():
+        _checked_weight(level, weight)
     pairs = zip(names, levels, strict=True)
     missing = [f"{n} (level {lv!r})" for n, lv in pairs if lv not in weights]
     if missing:
