@@ -66,8 +66,7 @@ def parse_level_weights(text: str) -> dict[str, float]:
 def _checked_weight(level: str, weight: float) -> float:
     if not (0.0 <= weight <= np.finfo(np.float32).max):
         raise WxstatsError(
-            f"the weight of level {level!r} is {weight}; a loss weight "
-            "must be a finite number >= 0"
+            f"the weight of level {level!r} is {weight}; a loss weight must be a finite number >= 0"
         )
     return weight
 
