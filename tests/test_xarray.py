@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import xarray as xr
 from gridded_data import FILL, OFFSET, SCALE, assert_stream_matches, gridded, hourly, reference
 from gridded_data import write_zarr as write_store
 
+from wxstats.cli import main
 from wxstats.core.errors import InputError
 from wxstats.io.formats.netcdf import stats_dataset
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
@@ -366,3 +368,36 @@ def test_unsigned_bytes_and_float16(tmp_path):
         assert_stream_matches(
             stats.streams[f"{name}__train"], reference(values[..., None], 0, 10, STEPS)
         )
+
+
+def _int64_store(tmp_path, values, attrs=None):
+    ds = xr.Dataset(
+        {"n": (("time", "x"), values, attrs or {})}, coords={"time": hourly(values.shape[0])}
+    )
+    ds.to_zarr(tmp_path / "i.zarr", zarr_format=3)
+    return tmp_path / "i.zarr"
+
+
+def test_int64_beyond_2_53_is_refused_naming_the_value(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    values = 2**60 + rng.integers(0, 1000, (6, 5), dtype=np.int64)
+    path = _int64_store(tmp_path, values)
+    assert main(["compute", str(path), "--output", str(tmp_path / "s.nc"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"variable n: the int64 value {values[0, 0]} is beyond 2**53" in err
+    assert str(path) in err and not (tmp_path / "s.nc").exists()
+
+
+def test_int64_up_to_2_53_is_exact_and_a_big_fill_is_missing(tmp_path):
+    rng = np.random.default_rng(4)
+    values = 2**53 - rng.integers(0, 2**20, (6, 5), dtype=np.int64)
+    fill = np.int64(-(2**62))
+    values[2, 3] = fill
+    path = _int64_store(tmp_path, values, {"_FillValue": fill})
+    stats = compute(path, skipna=True)
+    got = stats.streams["n__train"]
+    kept = [int(v) for v in values.ravel() if v != fill]
+    mean = Fraction(sum(kept), len(kept))
+    assert got.count[0] == len(kept) and got.nan_count[0] == 1
+    assert got.mean[0] == float(mean)  # the correctly rounded mean of the integers
+    assert got.maximum[0] == float(max(kept))

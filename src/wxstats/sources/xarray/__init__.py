@@ -187,7 +187,8 @@ class XarraySource:
             }
         raw = self._chunks.read([self._request(v, r0, r1) for v in variables])
         return {
-            v.name: finish_slab(raw[v.name], self._decodings[(0, v.name)], v) for v in variables
+            v.name: finish_slab(raw[v.name], self._decodings[(0, v.name)], v, self.path)
+            for v in variables
         }
 
     @staticmethod

@@ -112,18 +112,18 @@ def read_slab(
             return np.ascontiguousarray(raw)  # nothing to decode: usually no copy
         if out is None:
             out = np.empty(shape, dtype=v.out_dtype)
-        decode_into(raw, dec, out[a - r0 : b - r0])
+        decode_into(raw, dec, out[a - r0 : b - r0], f"{p.path}: variable {v.name}")
     return out
 
 
-def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable) -> np.ndarray:
+def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable, path: str) -> np.ndarray:
     """Raw values in ``(time, grid..., features...)`` order, decoded as
     ``(time, grid, features)`` (no copy when there is nothing to decode)."""
     raw = raw.reshape(raw.shape[0], v.n_grid, v.n_features)
     if dec == Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype:
         return np.ascontiguousarray(raw)
     out = np.empty(raw.shape, dtype=v.out_dtype)
-    decode_into(raw, dec, out)
+    decode_into(raw, dec, out, f"{path}: variable {v.name}")
     return out
 
 
@@ -137,5 +137,6 @@ def read_static(parts: list[Part], v: Variable, decodings: dict[tuple[int, str],
         raise InputError(
             f"{parts[0].path}: variable {v.name}: cannot read: {first_line(exc)}"
         ) from None
-    decode_into(raw.reshape(1, v.n_grid, v.n_features), decodings[(0, v.name)], out)
+    where = f"{parts[0].path}: variable {v.name}"
+    decode_into(raw.reshape(1, v.n_grid, v.n_features), decodings[(0, v.name)], out, where)
     return out

@@ -6,6 +6,9 @@ Values are decoded here, not by xarray, and always into float64 when packed:
 xarray would decode int16 with float32 attributes into float32, rounding every
 value; unpacked float32 stays float32 (the kernel widens it exactly). Each file
 of a glob is decoded with its own attributes.
+
+64-bit integers beyond 2**53 have no exact float64: such a value is refused
+(naming it), never rounded into silently wrong statistics.
 """
 
 from __future__ import annotations
@@ -69,14 +72,21 @@ def decoding(var: Any, where: str) -> Decoding:
     return Decoding(scale, offset, tuple(fills), unsigned, out)
 
 
-def decode_into(raw: np.ndarray, dec: Decoding, out: np.ndarray) -> None:
-    """Decoded values of ``raw`` into ``out`` (same shape), as in the module doc."""
+EXACT_INTEGERS = 2**53
+"""Every integer of at most this magnitude is a float64; not all beyond."""
+
+
+def decode_into(raw: np.ndarray, dec: Decoding, out: np.ndarray, where: str) -> None:
+    """Decoded values of ``raw`` into ``out`` (same shape), as in the module doc;
+    ``where`` (file and variable) names the data in errors."""
     if dec.unsigned:
         raw = raw.view(f"u{raw.dtype.itemsize}")
     mask = None
     for fill in dec.fills:
         hit = raw == fill
         mask = hit if mask is None else mask | hit
+    if raw.dtype.kind in "iu" and raw.dtype.itemsize == 8:
+        _refuse_inexact(raw, mask, where)
     out[...] = raw
     if dec.scale is not None:
         out *= dec.scale
@@ -84,3 +94,18 @@ def decode_into(raw: np.ndarray, dec: Decoding, out: np.ndarray) -> None:
         out += dec.offset
     if mask is not None and mask.any():
         out[mask] = np.nan
+
+
+def _refuse_inexact(raw: np.ndarray, mask: np.ndarray | None, where: str) -> None:
+    big = raw > EXACT_INTEGERS
+    if raw.dtype.kind == "i":
+        big |= raw < -EXACT_INTEGERS
+    if mask is not None:
+        big &= ~mask
+    if big.any():
+        value = raw[big].flat[0]
+        raise InputError(
+            f"{where}: the {raw.dtype} value {value} is beyond 2**53, where float64 cannot "
+            "hold every integer: its statistics would be silently rounded. Subtract a "
+            "reference value (or store it as float64) first"
+        )
