@@ -99,12 +99,48 @@ def test_changed_options_or_data_are_refused(meps_copy, tmp_path):
 def test_overlapping_parts_are_refused(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     refs = references(source)
-    for _ in range(2):
+    for resume in (False, True):
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
-        ck.prepare(resume=True)
+        ck.prepare(resume=resume)
         ck.save([3], accumulate(source, [3], refs))
     with pytest.raises(WxstatsError, match="two part files"):
         Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
+
+
+def test_resume_without_a_checkpoint_is_refused(meps_small, tmp_path):
+    source = open_source(ComputeOptions(dataset=meps_small))
+    missing = tmp_path / "typo"
+    with pytest.raises(WxstatsError, match=f"{missing}: checkpoint folder does not exist"):
+        Checkpoint(missing, _fingerprint(source)).prepare(resume=True)
+    assert not missing.exists()  # not created as a side effect
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(WxstatsError, match=f"{empty}: checkpoint folder is empty"):
+        Checkpoint(empty, _fingerprint(source)).prepare(resume=True)
+    assert list(empty.iterdir()) == []
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(WxstatsError, match="has no manifest.json"):
+        Checkpoint(other, _fingerprint(source)).prepare(resume=True)
+
+
+def test_a_new_checkpoint_goes_only_into_a_new_or_empty_folder(meps_small, tmp_path):
+    source = open_source(ComputeOptions(dataset=meps_small))
+    other = tmp_path / "results"
+    other.mkdir()
+    (other / "era5_stats.nc").write_text("someone's file")
+    with pytest.raises(WxstatsError, match=f"{other}: not empty \\(era5_stats.nc\\)"):
+        Checkpoint(other, _fingerprint(source)).prepare(resume=False)
+    assert sorted(p.name for p in other.iterdir()) == ["era5_stats.nc"]
+    # an empty folder, or one holding only what a killed manifest write left, is fine
+    for name, leftovers in (("empty", []), ("killed", [".manifest.json.abc123.tmp"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        for leftover in leftovers:
+            (folder / leftover).write_text("half")
+        Checkpoint(folder, _fingerprint(source)).prepare(resume=False)
+        assert (folder / "manifest.json").exists()
 
 
 def test_manifest_records_identity(meps_small, tmp_path):
@@ -212,6 +248,11 @@ def test_the_cli_refuses_what_would_mix_two_runs(meps_copy, tmp_path, capsys):
 
     assert "holds a checkpoint already; pass --resume" in refused("--checkpoint", str(ck))
     assert "--resume needs --checkpoint" in refused("--resume")
+    typo = tmp_path / "ck2"
+    assert f"{typo}: checkpoint folder does not exist" in refused(
+        "--checkpoint", str(typo), "--resume"
+    )
+    assert f"{meps_copy.parent}: not empty" in refused("--checkpoint", str(meps_copy.parent))
     err = refused("--checkpoint", str(ck), "--resume", "--skipna")
     assert "checkpoint is of another run (option skipna: False -> True)" in err
     err = refused("--checkpoint", str(ck), "--resume", "--step-length", "1")

@@ -72,6 +72,16 @@ def _describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return changes
 
 
+def _contents(folder: Path) -> list[str]:
+    """Names in ``folder`` other than temporary files a killed write of ours
+    left (``.manifest.json.*.tmp``, ``.part-*.tmp``), sorted."""
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
+    )
+
+
 class Checkpoint:
     """One rank's view of a checkpoint folder (see module docstring)."""
 
@@ -95,8 +105,7 @@ class Checkpoint:
                 )
             self.verify()
             return
-        if resume and self.directory.exists() and any(self.directory.glob("part-*.npz")):
-            raise WxstatsError(f"{self.directory}: part files without {MANIFEST}; cannot resume")
+        self._refuse_foreign(resume)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -105,6 +114,34 @@ class Checkpoint:
             ) from None
         text = json.dumps(self.fingerprint, indent=1, sort_keys=True)
         write_all({manifest: lambda p: p.write_text(text)}, overwrite=True)
+
+    def _refuse_foreign(self, resume: bool) -> None:
+        """Without a manifest: ``--resume`` has nothing to continue (a typo in
+        the path must not silently start hours of work afresh), and a new
+        checkpoint goes only into a new or empty folder (never mixed with, or
+        later removed together with, someone's other files)."""
+        if resume:
+            if not self.directory.exists():
+                raise WxstatsError(
+                    f"{self.directory}: checkpoint folder does not exist, nothing to resume; "
+                    "check the path, or run without --resume to start afresh"
+                )
+            if any(self.directory.glob("part-*.npz")):
+                raise WxstatsError(
+                    f"{self.directory}: part files without {MANIFEST}; cannot resume, "
+                    "remove the folder and start afresh without --resume"
+                )
+            what = "is empty" if not _contents(self.directory) else f"has no {MANIFEST}"
+            raise WxstatsError(
+                f"{self.directory}: checkpoint folder {what}, it holds no wxstats checkpoint to "
+                "resume; check the path, or run without --resume to start afresh"
+            )
+        if self.directory.is_dir() and _contents(self.directory):
+            shown = ", ".join(_contents(self.directory)[:3])
+            raise WxstatsError(
+                f"{self.directory}: not empty ({shown}) and holds no wxstats checkpoint; "
+                "choose a new or empty folder for --checkpoint"
+            )
 
     def verify(self) -> None:
         """Refuse a checkpoint of other data or other options."""
