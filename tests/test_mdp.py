@@ -194,3 +194,19 @@ def test_split_bounds_stored_as_datetimes(tmp_path, store):
     ds.to_zarr(tmp_path / "dt.zarr", mode="w", zarr_format=2, consolidated=True)
     stats = compute(tmp_path / "dt.zarr", splits=["val"])
     assert_stream_matches(stats.streams["state__val"], reference(truth["state"], *VAL, (1,)))
+
+
+def test_write_into_refuses_or_floors_a_zero_std(store_copy, capsys):
+    import zarr
+
+    path, _ = store_copy
+    zarr.open_group(path, mode="r+")["static"][:, 1] = 1.0  # lsm constant: std 0
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "static__train__std: the std of lsm is 0" in err and "--min-std" in err
+    assert _files(path) == before
+    assert main(["compute", str(path), "--write-into", "--quiet", "--min-std", "1e-6"]) == 0
+    ds = xr.open_zarr(path, consolidated=True)
+    assert float(ds["static__train__std"].values[1]) == np.float32(1e-6)
+    assert float(ds["static__train__std"].values[0]) > 1  # orography's own std

@@ -96,3 +96,44 @@ def test_level_weights_through_the_library_are_checked_too(meps_small, tmp_path)
     with pytest.raises(WxstatsError, match="weight of level '2' is nan"):
         write_outputs(source, stats, options)
     assert list(tmp_path.iterdir()) == []
+
+
+def _with_constant_pres_0g(config) -> None:
+    """Make the first state variable (pres_0g, file channel 0) constant in every train sample."""
+    for path in (config.parent / "samples" / "train").glob("nwp_*_mbr*.npy"):
+        x = np.load(path)
+        x[..., 0] = 1000.0
+        np.save(path, x)
+
+
+def test_a_zero_std_is_refused_naming_the_variable(meps_copy, capsys):
+    from wxstats.cli import main
+
+    _with_constant_pres_0g(meps_copy)
+    assert main(["compute", str(meps_copy), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "parameter_std.pt: the std of pres_0g is 0" in err and "--min-std" in err
+    assert not (meps_copy.parent / "static" / "parameter_std.pt").exists()
+    assert not (meps_copy.parent / "static" / "wxstats_stats.nc").exists()
+
+
+def test_min_std_floors_what_neural_lam_divides_by(meps_copy):
+    from wxstats.cli import main
+
+    _with_constant_pres_0g(meps_copy)
+    assert main(["compute", str(meps_copy), "--quiet", "--min-std", "1e-3"]) == 0
+    ref = meps_reference(meps_copy)
+    static = meps_copy.parent / "static"
+
+    def pt(name):
+        return torch.load(static / name, weights_only=True).double().numpy()
+
+    std = np.where(ref["std"] < 1e-3, 1e-3, ref["std"])
+    assert ref["std"][0] == 0 and std[0] == 1e-3 and np.all(ref["std"][1:] > 1e-3)
+    assert_close(pt("parameter_std.pt"), std, 1.2e-7, "floored std")
+    assert_close(pt("diff_mean.pt")[1:], ref["diff_mean"][1:] / std[1:], 1.2e-7, "diff mean")
+    # the constant field's differences are 0: standardized 0, floored as a divisor
+    assert pt("diff_mean.pt")[0] == 0 and pt("diff_std.pt")[0] == np.float32(1e-3)
+    assert_close(pt("diff_std.pt")[1:], ref["diff_std"][1:] / std[1:], 1.2e-7, "diff std")
+    with xr.open_dataset(static / "wxstats_stats.nc") as ds:
+        assert float(ds["state__train__std"].values[0]) == 0.0  # the truth is kept

@@ -80,6 +80,28 @@ def test_neural_lam_datastore_serves_our_values(tiny_meps):
     assert served["forcing_mean"][0] == flux[0] and served["forcing_std"][0] == flux[1]
 
 
+def test_a_constant_field_with_min_std_standardizes_finite_in_neural_lam(tiny_meps, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_meps.parent, copy)
+    config = copy / tiny_meps.name
+    constant = []
+    for path in (copy / "samples" / "train").glob("nwp_*_mbr*.npy"):
+        x = np.load(path)
+        x[..., 0] = 1000.0  # pres_0g constant over the split
+        np.save(path, x)
+        constant.append(x[..., 0].astype(np.float64))
+    assert main(["compute", str(config), "--quiet", "--overwrite"]) == 2  # refused: std 0
+    assert main(["compute", str(config), "--quiet", "--overwrite", "--min-std", "1e-6"]) == 0
+    served = json.loads(_neural_lam("-c", SERVE_SCRIPT, str(config), cwd=copy).split("JSON", 1)[1])
+    assert served["state_std"][0] == np.float32(1e-6)
+    for key in ("state_mean", "state_std", "state_diff_mean_standardized"):
+        assert np.all(np.isfinite(served[key])), key
+    assert np.all(np.asarray(served["state_diff_std_standardized"]) > 0)
+    # what neural-lam does with them: (x - mean) / std, 0 for the constant field
+    standardized = (np.concatenate(constant) - served["state_mean"][0]) / served["state_std"][0]
+    assert np.all(standardized == 0)
+
+
 def test_neural_lam_script_agrees_within_its_float32_error(tiny_meps, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(tiny_meps.parent, copy)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,17 @@ def _level_weights(text: str) -> dict[str, float]:
         return parse_level_weights(text)
     except WxstatsError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_float(text: str) -> float:
+    """A finite number > 0 (``nan`` and ``inf`` are floats too, and no good)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0.0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"expects a finite number > 0 (got {text!r})")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -208,6 +220,16 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "(default 2=1,0=0.1,65=0.065,1000=0.1,850=0.05,500=0.03)",
     )
     p.add_argument(
+        "--min-std",
+        type=_positive_float,
+        metavar="VALUE",
+        help="write max(std, VALUE) for every std neural-lam divides by (parameter_std.pt, "
+        "diff_std.pt, the flux std; a --write-into store's std and diff_std); without it a "
+        "std of 0 (a constant field) is refused. Choose VALUE far below any real std (e.g. "
+        "1e-6): a constant field standardizes to 0 whatever it is. wxstats_stats.nc keeps "
+        "the true values",
+    )
+    p.add_argument(
         "--skipna",
         action="store_true",
         help="leave NaN values out (counted in nan_count) instead of failing",
@@ -380,6 +402,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         summary=args.summary,
         overwrite=args.overwrite,
         level_weights=args.level_weights,
+        min_std=args.min_std,
         checkpoint=args.checkpoint,
         checkpoint_interval=args.checkpoint_interval,
         resume=args.resume,

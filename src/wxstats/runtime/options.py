@@ -48,6 +48,8 @@ class ComputeOptions:
     write_into: bool = False
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
+    min_std: float | None = None
+    """Floor of the std written where neural-lam divides by it; None: refuse a 0."""
     # -- resuming ------------------------------------------------------------------
     checkpoint: Path | None = None
     checkpoint_interval: float = 60.0

@@ -81,17 +81,26 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         )
 
 
-def _write_into(source: Source, stats: Stats | None) -> None:
-    """Check (``stats`` None) or write mllam-data-prep's variables into the store."""
-    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables, write_into_store
+def _store_values(source: Source, stats: Stats | None, min_std: float | None = None):
+    """Check the store (``stats`` None), or the values ``--write-into`` puts into it.
+
+    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there is
+    refused or floored as in the neural-lam files."""
+    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables
+    from wxstats.io.formats.neurallam import divisor_std
 
     if not getattr(source, "is_mdp", False):
         raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
     planned = planned_variables(source.streams)
     if stats is None:
         check_store(source.path, planned)
-    else:
-        write_into_store(source.path, mdp_values(stats, planned), planned)
+        return None
+    values = mdp_values(stats, planned)
+    for name, plan in planned.items():
+        if plan.op in ("std", "diff_std") and name in values:
+            features = stats.streams[plan.stream].features
+            values[name] = divisor_std(values[name], features, min_std, f"{source.path}: {name}")
+    return values, planned
 
 
 def meps_static_dir(source: Source) -> Path:
@@ -127,6 +136,7 @@ def planned_outputs(
                     source.streams[1].name,
                     source.levels(),
                     options.level_weights or DEFAULT_LEVEL_WEIGHTS,
+                    options.min_std,
                 )
             )
         outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
@@ -173,13 +183,17 @@ def check_outputs(source: Source, options: ComputeOptions) -> None:
     check_collisions(source, paths)
     check_writable(paths, options.overwrite)
     if options.write_into:
-        _write_into(source, None)
+        _store_values(source, None)
 
 
 def write_outputs(source: Source, stats: Stats, options: ComputeOptions) -> list[Path]:
+    """Write every output (everything that can be refused is refused first)."""
+    from wxstats.io.formats.mdp import write_into_store
+
     outputs = planned_outputs(source, stats, options)
+    into = _store_values(source, stats, options.min_std) if options.write_into else None
     write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
-    if options.write_into:
-        _write_into(source, stats)
+    if into is not None:
+        write_into_store(source.path, *into)
         return [*outputs, Path(source.path)]
     return list(outputs)

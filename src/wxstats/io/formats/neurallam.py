@@ -102,6 +102,23 @@ def _npy_writer(values: np.ndarray) -> Writer:
     return write
 
 
+def divisor_std(std: np.ndarray, names: list[str], min_std: float | None, where: str) -> np.ndarray:
+    """A std that a trainer divides by: ``max(std, min_std)``; without a floor a
+    std of 0 (a constant field) is refused, naming the variables, since neural-lam
+    would standardize by it into infinities and NaN without a word."""
+    std = np.asarray(std, dtype=np.float64)
+    if min_std is not None:
+        return np.where(std < min_std, min_std, std)
+    zero = [name for name, value in zip(names, std, strict=True) if value == 0]
+    if zero:
+        raise WxstatsError(
+            f"{where}: the std of {', '.join(zero)} is 0 (constant over the split), and "
+            "neural-lam divides by it. Pass --min-std VALUE to write max(std, VALUE) "
+            "(the statistics file keeps the true 0), or leave the variable out"
+        )
+    return std
+
+
 def neurallam_outputs(
     stats: Stats,
     static_dir: Path,
@@ -109,18 +126,31 @@ def neurallam_outputs(
     flux_name: str,
     levels: list[str],
     level_weights: dict[str, float],
+    min_std: float | None = None,
 ) -> dict[Path, Writer]:
-    """Writers of the six neural-lam files, keyed by final path."""
+    """Writers of the six neural-lam files, keyed by final path. Every std
+    neural-lam divides by goes through :func:`divisor_std`; the standardized
+    differences are on the scale of the std written."""
     state = stats.state
     if step not in state.diff:
         raise WxstatsError(f"no difference statistics for step {step}: cannot write diff_*.pt")
+    names = state.features
+    std = divisor_std(state.std, names, min_std, str(static_dir / TENSOR_FILES["std"]))
     diff_mean, diff_std = state.standardized_diff(step)
+    floored = std != state.std
+    if floored.any():
+        d = state.diff[step]
+        diff_mean = np.where(floored, d.mean / std, diff_mean)
+        diff_std = np.where(floored, d.std / std, diff_std)
+    where = str(static_dir / TENSOR_FILES["std_standardized"])
+    diff_std = divisor_std(diff_std, names, min_std, f"{where} (differences over step {step})")
     flux = stats.streams[flux_name]
+    flux_std = divisor_std(flux.std[:1], [flux_name], min_std, str(static_dir / FLUX_FILE))
     weights = parameter_weights(levels, state.features, level_weights)
-    values = {"mean": state.mean, "std": state.std}
+    values = {"mean": state.mean, "std": std}
     values.update(mean_standardized=diff_mean, std_standardized=diff_std)
     outputs = {static_dir / name: _tensor_writer(values[op]) for op, name in TENSOR_FILES.items()}
-    outputs[static_dir / FLUX_FILE] = _tensor_writer(np.array([flux.mean[0], flux.std[0]]))
+    outputs[static_dir / FLUX_FILE] = _tensor_writer(np.array([flux.mean[0], flux_std[0]]))
     outputs[static_dir / WEIGHTS_FILE] = _npy_writer(weights)
     return outputs
 
