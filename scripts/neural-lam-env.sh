@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Make (once) a virtual environment with neural-lam for the interoperability tests and print
-# its python. It sees the system site-packages, so it reuses the installed CPU build of torch
-# instead of pulling a CUDA build; neural-lam is pinned so the tier tests a known release.
+# its python. neural-lam is pinned so the tier tests a known release. torch is pinned too and
+# installed with it: the environment sees the system site-packages, which hold the CPU torch
+# when the tests run in the base interpreter, but not when they run inside a virtual
+# environment (a venv's own packages are not "system" ones), and a bare torch requirement
+# would then pull a multi-GB CUDA build. WXSTATS_TORCH names the pin (scripts/test.sh sets it).
 set -euo pipefail
 NEURALLAM_VERSION="${NEURALLAM_VERSION:-0.7.0}"
+WXSTATS_TORCH="${WXSTATS_TORCH:-torch==2.13.0}"
 ENV_DIR="${WXSTATS_CACHE:-$HOME/.cache/wxstats}/neural-lam-${NEURALLAM_VERSION}"
 if ! "$ENV_DIR/bin/python" -c "import neural_lam" >/dev/null 2>&1; then
     rm -rf "$ENV_DIR"
-    python -m venv --system-site-packages "$ENV_DIR"
-    "$ENV_DIR/bin/python" -m pip install -q "neural-lam==${NEURALLAM_VERSION}" >&2 2> >(grep -v "is ignored" >&2)
+    # the base interpreter, also when this runs inside a venv: the env must not depend on it
+    BASE_PYTHON="$(python -c 'import sys; print(sys._base_executable)')"
+    "$BASE_PYTHON" -m venv --system-site-packages "$ENV_DIR"
+    "$ENV_DIR/bin/python" -m pip install -q "$WXSTATS_TORCH" "neural-lam==${NEURALLAM_VERSION}" \
+        >&2 2> >(grep -v "is ignored\|Running pip as the 'root'" >&2)
 fi
 echo "$ENV_DIR/bin/python"

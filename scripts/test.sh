@@ -5,7 +5,8 @@
 # The Slurm tier installs and starts a one-machine Slurm itself (tests/test_slurm.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q torch==2.13.0 -e ".[test]" 2> >(grep -v "Running pip as the 'root'" >&2)
+export WXSTATS_TORCH="torch==2.13.0"  # the CPU build on these machines; neural-lam-env.sh too
+python -m pip install -q "$WXSTATS_TORCH" -e ".[test]" 2> >(grep -v "Running pip as the 'root'" >&2)
 WXSTATS_NEURALLAM_PYTHON="$(bash scripts/neural-lam-env.sh)"
 export WXSTATS_NEURALLAM_PYTHON
 python -m pytest "$@"
