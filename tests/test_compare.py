@@ -140,3 +140,30 @@ def test_compare_help_has_examples(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "wxstats compare " in out
+
+
+def test_summary_and_statistics_file_of_an_mdp_store_compare_every_category(tmp_path, capsys):
+    import json
+
+    from gridded_data import mdp_store, reference
+
+    truth = mdp_store(tmp_path / "m.zarr")
+    out, summary = tmp_path / "s.nc", tmp_path / "s.json"
+    args = ["compute", str(tmp_path / "m.zarr"), "--output", str(out), "--summary", str(summary)]
+    assert main([*args, "--quiet"]) == 0
+    # the summary holds the forcing's differences, checked against the reference
+    data = json.loads(summary.read_text())
+    n = len(truth["forcing"])  # the train split of mdp_store: steps [0, 24)
+    ref = reference(truth["forcing"][:24], 0, 24, (1,))
+    entry = data["forcing"]["toa_radiation"]["diff"]["1"]
+    assert entry["count"] == ref["diff"][1]["count"] and n > 24
+    assert math.isclose(entry["std"], ref["diff"][1]["std"][0], rel_tol=1e-12)
+    assert data["static"]["lsm"]["nan_count"] == 0
+    capsys.readouterr()
+    assert main(["compare", str(summary), str(out), "--rtol", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "not compared" not in text and "no common difference step" not in text
+    entry["std"] *= 1.01
+    summary.write_text(json.dumps(data))
+    assert main(["compare", str(summary), str(out), "--rtol", "1e-6"]) == 1
+    assert "toa_radiation" in capsys.readouterr().out

@@ -270,21 +270,32 @@ def _ints(values: np.ndarray) -> list[int]:
 
 
 def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
-    """One entry per feature (forcing and static features in the summary)."""
+    """One entry per feature (forcing and static features in the summary), with
+    every statistic the stream has: NaN count and differences too."""
     out = {}
     for f, feature in enumerate(stream.features):
         entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
         for op in ("mean", "std", "min", "max"):
             values = stream.op(op)
             entry[op] = None if values is None else float(values[f])
+        if stream.nan_count is not None:
+            entry["nan_count"] = int(stream.nan_count[f])
+        if stream.diff:
+            entry["diff"] = {
+                str(k): {op: values[0] for op, values in _diff_entry(d, f).items()}
+                for k, d in sorted(stream.diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            }
         out[feature] = entry
     return out
 
 
-def _diff_entry(d: DiffStats) -> dict[str, Any]:
-    entry = {"count": _ints(d.count), "mean": _floats(d.mean), "std": _floats(d.std)}
+def _diff_entry(d: DiffStats, feature: int | None = None) -> dict[str, Any]:
+    """The difference statistics of every feature (or of one: lists of one)."""
+    pick = slice(None) if feature is None else slice(feature, feature + 1)
+    entry = {"count": _ints(d.count[pick]), "mean": _floats(d.mean[pick])}
+    entry["std"] = _floats(d.std[pick])
     if d.minimum is not None and d.maximum is not None:
-        entry.update(min=_floats(d.minimum), max=_floats(d.maximum))
+        entry.update(min=_floats(d.minimum[pick]), max=_floats(d.maximum[pick]))
     return entry
 
 

@@ -60,7 +60,29 @@ def _per_feature(entries: dict, category: str, split: str, where: str) -> Stream
             ops[op] = _floats([entries[n][op] for n in names], where, f"{category}.{op}")
     if "mean" not in ops or "std" not in ops:
         raise InputError(f"{where}: {category} entries lack mean or std")
-    return _stream(category, ops, split, features=names, units=[""] * len(names))
+    diff: dict[int | None, DiffStats] = {}
+    per_step = [entries[n].get("diff") for n in names]
+    if names and all(isinstance(d, dict) for d in per_step):
+        for step in set.intersection(*(set(d) for d in per_step)):
+            got = {}
+            for op in ("count", "mean", "std", "min", "max"):
+                if all(isinstance(d[step], dict) and op in d[step] for d in per_step):
+                    what = f"{category}.diff.{step}.{op}"
+                    got[op] = _floats([d[step][op] for d in per_step], where, what)
+            if "mean" in got and "std" in got:
+                diff[_step(step, where)] = DiffStats(
+                    got["mean"], got["std"], got.get("count"),
+                    minimum=got.get("min"), maximum=got.get("max"),
+                )  # fmt: skip
+    units = [""] * len(names)
+    return _stream(category, ops, split, features=names, units=units, diff=diff)
+
+
+def _step(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{where}: diff step {text!r} is not an integer") from None
 
 
 def read_summary(path: Path, split: str | None = None) -> Stats:
@@ -90,10 +112,7 @@ def read_summary(path: Path, split: str | None = None) -> Stats:
     diff: dict[int | None, DiffStats] = {}
     derived: set[str] = set()
     for step, entry in (data.get("diff") or {}).items():
-        try:
-            key = int(step)
-        except ValueError:
-            raise InputError(f"{path}: diff step {step!r} is not an integer") from None
+        key = _step(step, where)
         got = {op: _floats(v, where, f"diff.{step}.{op}") for op, v in entry.items()}
         if "mean" in got and "std" in got:
             diff[key] = DiffStats(
