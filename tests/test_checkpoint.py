@@ -300,6 +300,75 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
             assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
 
 
+def _killed_zarr_run(tmp_path, monkeypatch, zarr_format):
+    """A zarr (or, with format "nc", netCDF) run stopped by SIGTERM after 3 of its
+    samples; (dataset, resume args, clean output)."""
+    from gridded_data import gridded, write_zarr
+
+    from wxstats.sources.xarray import XarraySource
+
+    ds, _ = gridded(n_time=16)
+    if zarr_format == "nc":
+        store = tmp_path / "era.nc"
+        chunks = {v: (4, *ds[v].shape[1:]) for v in ds.data_vars if "time" in ds[v].dims}
+        ds.to_netcdf(store, encoding={v: {"chunksizes": c} for v, c in chunks.items()})
+    else:
+        store = write_zarr(ds, tmp_path / "era.zarr", time_chunk=4, zarr_format=zarr_format)
+    args = ["compute", str(store), "--quiet", "--threads", "1", "--block-mb", "1e-6"]
+    assert main([*args, "--output", str(tmp_path / "clean.nc")]) == 0
+    args += ["--output", str(tmp_path / "resumed.nc"), "--checkpoint", str(tmp_path / "ck")]
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main(args) == 143
+    monkeypatch.undo()
+    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    return store, [*args, "--resume"], tmp_path / "clean.nc"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_resume_refuses_a_zarr_store_changed_in_place(tmp_path, monkeypatch, capsys, zarr_format):
+    import xarray as xr
+
+    store, resume, _ = _killed_zarr_run(tmp_path, monkeypatch, zarr_format)
+    capsys.readouterr()
+    # a region write: new values in existing chunks; the store's folder keeps its time
+    before = os.stat(store).st_mtime_ns
+    with xr.open_zarr(store, consolidated=zarr_format == 2) as ds:
+        new = (ds[["t2m"]].isel(time=slice(8, 12)).load() + 100).drop_vars(["y", "x"])
+    new.to_zarr(store, region={"time": slice(8, 12)}, consolidated=zarr_format == 2)
+    assert os.stat(store).st_mtime_ns == before  # what the old fingerprint looked at
+    assert main(resume) == 2
+    err = capsys.readouterr().err.strip()
+    assert "checkpoint is of another run" in err and len(err.splitlines()) == 1
+    assert "array t2m changed in the store: chunks rewritten" in err
+    assert "array msl" not in err and "array z " not in err
+    assert not (tmp_path / "resumed.nc").exists()
+
+
+def test_resume_refuses_a_netcdf_file_changed_in_place(tmp_path, monkeypatch, capsys):
+    store, resume, _ = _killed_zarr_run(tmp_path, monkeypatch, "nc")
+    capsys.readouterr()
+    size = os.path.getsize(store)
+    with netCDF4.Dataset(store, "a") as nc:
+        nc["t2m"][8:12] = nc["t2m"][8:12] + 100
+    assert os.path.getsize(store) == size  # same size: only the time tells
+    assert main(resume) == 2
+    assert f"files modified: {store}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_resume_ignores_arrays_the_run_does_not_read(tmp_path, monkeypatch, zarr_format):
+    import xarray as xr
+
+    store, resume, clean = _killed_zarr_run(tmp_path, monkeypatch, zarr_format)
+    # e.g. statistics written into the store: a new array, new consolidated metadata
+    extra = xr.Dataset({"t2m__stats": (("y", "x"), np.ones((6, 7)))})
+    extra.to_zarr(store, mode="a", consolidated=zarr_format == 2)
+    assert main(resume) == 0  # a variable without time is not read
+    with netCDF4.Dataset(clean) as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
+        for name in a.variables:
+            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+
+
 def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     run = Resumable(tmp_path / "ck", interval=3600)

@@ -43,6 +43,7 @@ from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.io.atomic import write_all
 from wxstats.runtime.job import Solo, World
 from wxstats.sources.base import Source, sample_sizes
+from wxstats.sources.xarray.fingerprint import describe_array_changes
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -66,8 +67,9 @@ def _describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if names:
             shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
             changes.append(f"files {label}: {shown}")
+    changes += describe_array_changes(old_id.get("arrays") or {}, new_id.get("arrays") or {})
     for key in sorted(set(old_id) | set(new_id)):
-        if key != "files" and old_id.get(key) != new_id.get(key):
+        if key not in ("files", "arrays") and old_id.get(key) != new_id.get(key):
             changes.append(f"dataset {key}: {old_id.get(key)!r} -> {new_id.get(key)!r}")
     return changes
 
@@ -266,7 +268,10 @@ class Resumable:
         any rank of this run writes to it, so all ranks agree on what is done."""
         world = world if world is not None else Solo()
         rank = world.rank
-        self._checkpoint = Checkpoint(self.directory, fingerprint(source, skipna))
+        # only rank 0 checks the manifest: the others need not stat every chunk
+        self._checkpoint = Checkpoint(
+            self.directory, fingerprint(source, skipna) if rank == 0 else {}
+        )
         carried: RunMoments | None = None
         payload = b""
         if rank == 0:

@@ -33,6 +33,7 @@ from wxstats.sources.xarray.blocks import (
 )
 from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
 from wxstats.sources.xarray.decode import decoding
+from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
 from wxstats.sources.xarray.open import first_line, is_url, is_zarr, open_parts, output_stem
 from wxstats.sources.xarray.timeaxis import (
@@ -275,16 +276,24 @@ class XarraySource:
         return [p.path for p in self.parts if not is_url(p.path)]
 
     def identity(self) -> dict[str, Any]:
-        files = []
+        """netCDF: each file's size and modification time; a local zarr store:
+        each array read, by metadata and chunk objects (see :mod:`.fingerprint`)."""
+        files: list[list[Any]] = []
+        arrays: dict[str, Any] = {}
         for p in self.parts:
             if is_url(p.path):
                 files.append([p.path, None, None])
-                continue
-            stat = os.stat(p.path)
-            files.append([p.path, stat.st_size, stat.st_mtime_ns])
+            elif is_zarr(p.path):
+                files.append([p.path, None, None])
+                names = [v.name for v in self.vars] + [self.time_dim]
+                arrays = array_fingerprints(p.path, names)
+            else:
+                stat = os.stat(p.path)
+                files.append([p.path, stat.st_size, stat.st_mtime_ns])
         return {
             "kind": self.kind,
             "files": files,
+            "arrays": arrays,
             "times": [fmt_time(self.times[0]), fmt_time(self.times[-1]), self.n_times],
             "splits": [[s.name, s.start, s.stop] for s in self.splits],
             # sorted: an unconsolidated zarr 3 store lists its arrays in no fixed order
