@@ -332,8 +332,8 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         type=Path,
         metavar="DIR",
-        help="save progress in DIR (every rank; a shared folder for several nodes), so that "
-        "a killed run can be resumed; kept after success",
+        help="save progress in DIR (a new or empty folder; every rank; a shared folder for "
+        "several nodes), so that a killed run can be resumed; kept after success",
     )
     g.add_argument(
         "--checkpoint-interval",
@@ -346,7 +346,7 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         help="continue the run saved in --checkpoint DIR (any number of ranks, any launcher); "
-        "refused if the data or the options changed",
+        "refused if DIR holds no checkpoint, or the data or the options changed",
     )
 
 
