@@ -369,6 +369,22 @@ def test_resume_ignores_arrays_the_run_does_not_read(tmp_path, monkeypatch, zarr
             assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
 
 
+@pytest.mark.parametrize("fmt", [3, "nc"])
+def test_resume_from_another_cwd_or_with_a_trailing_slash(tmp_path, monkeypatch, fmt):
+    store, resume, clean = _killed_zarr_run(tmp_path, monkeypatch, fmt)
+    # resumed from the dataset's folder by a relative path (and a trailing / for the
+    # store), the checkpoint named from elsewhere
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "data").symlink_to(tmp_path)
+    monkeypatch.chdir(elsewhere)
+    relative = f"data/{store.name}" + ("/" if fmt != "nc" else "")
+    assert main([resume[0], relative, *resume[2:]]) == 0
+    with netCDF4.Dataset(clean) as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
+        for name in a.variables:
+            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+
+
 def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     run = Resumable(tmp_path / "ck", interval=3600)

@@ -283,13 +283,15 @@ class XarraySource:
         for p in self.parts:
             if is_url(p.path):
                 files.append([p.path, None, None])
-            elif is_zarr(p.path):
-                files.append([p.path, None, None])
+                continue
+            where = os.path.realpath(p.path)  # another cwd or a trailing / is the same data
+            if is_zarr(p.path):
+                files.append([where, None, None])
                 names = [v.name for v in self.vars] + [self.time_dim]
-                arrays = array_fingerprints(p.path, names)
+                arrays = array_fingerprints(where, names)
             else:
-                stat = os.stat(p.path)
-                files.append([p.path, stat.st_size, stat.st_mtime_ns])
+                stat = os.stat(where)
+                files.append([where, stat.st_size, stat.st_mtime_ns])
         return {
             "kind": self.kind,
             "files": files,
