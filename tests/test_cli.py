@@ -155,3 +155,35 @@ def test_output_into_a_closed_pipe_ends_quietly(meps_small, tmp_path):
         shell=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+def test_a_zarr_run_imports_neither_torch_nor_dask(tmp_path):
+    """Start-up: a one-process zarr/netCDF run needs no torch (seconds to import)
+    and blocks dask, which xarray would import only to ask about array types."""
+    import json
+    import subprocess
+    import sys
+
+    import xarray as xr
+    from distributed_helpers import env
+    from gridded_data import gridded, write_zarr
+
+    ds, truth = gridded(n_time=8)
+    write_zarr(ds, tmp_path / "g.zarr")
+    out = tmp_path / "s.nc"
+    probe = (
+        "import atexit, json, runpy, sys\n"
+        "atexit.register(lambda: print('MODULES' + json.dumps("
+        "{m: sys.modules.get(m) is not None for m in ('torch', 'dask', 'xarray')})))\n"
+        f"sys.argv = ['wxstats', 'compute', {str(tmp_path / 'g.zarr')!r}, '--output', "
+        f"{str(out)!r}, '--quiet']\n"
+        "runpy.run_module('wxstats', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env(), timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.split("MODULES", 1)[1])
+    assert loaded == {"torch": False, "dask": False, "xarray": True}
+    with xr.open_dataset(out) as stats:
+        assert np.isclose(float(stats["t2m__train__mean"]), truth["t2m"].mean(), rtol=1e-12)

@@ -15,7 +15,7 @@ from wxstats.cli import commands
 from wxstats.cli.parser import build_parser, compute_options
 from wxstats.core.errors import Interrupted, WxstatsError
 
-__all__ = ["main"]
+__all__ = ["console", "main"]
 
 
 def _show_warning(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
@@ -59,3 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     return 1
+
+
+def console() -> int:
+    """The ``wxstats`` command and ``python -m wxstats``: :func:`main` in a process
+    of its own, which may block dask. xarray imports dask (and with it scipy)
+    whenever it is installed, only to ask whether an array is a dask array;
+    wxstats never makes one, and the import costs about half a second of every
+    run's start-up. A library caller's process is left alone (``main``)."""
+    sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
+    return main()

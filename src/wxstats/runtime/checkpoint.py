@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -150,8 +151,18 @@ class Checkpoint:
         manifest = self.directory / MANIFEST
         try:
             old = json.loads(manifest.read_text())
-        except (OSError, ValueError) as exc:
-            raise WxstatsError(f"{manifest}: unreadable checkpoint manifest: {exc}") from None
+        except OSError as exc:
+            raise WxstatsError(f"{manifest}: cannot read: {exc.strerror or exc}") from None
+        except ValueError:
+            raise WxstatsError(
+                f"{manifest}: the checkpoint is damaged (not valid JSON); remove the folder "
+                f"{self.directory} and rerun without --resume to start afresh"
+            ) from None
+        if not isinstance(old, dict):
+            raise WxstatsError(
+                f"{manifest}: the checkpoint is damaged (not a manifest); remove the folder "
+                f"{self.directory} and rerun without --resume to start afresh"
+            )
         if old != self.fingerprint:
             changes = _describe_changes(old, self.fingerprint) or ["format or dataset description"]
             raise WxstatsError(
@@ -168,11 +179,13 @@ class Checkpoint:
         done: set[int] = set()
         for path in sorted(self.directory.glob("part-*.npz")):
             try:
-                with np.load(path) as part:
+                with np.load(path, allow_pickle=False) as part:
                     indices = part["done"].astype(np.int64).tolist()
                     ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
-            except (OSError, ValueError, KeyError) as exc:
-                raise WxstatsError(f"{path}: unreadable checkpoint part: {exc}") from None
+            except OSError as exc:  # not damage: permissions, an I/O error
+                raise WxstatsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            except (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
+                raise self._damaged(path, "not a complete part file") from None
             overlap = done.intersection(indices)
             if overlap:
                 raise WxstatsError(
@@ -183,12 +196,19 @@ class Checkpoint:
             piece = template.empty_like()
             try:
                 piece.unpack_like(ints, minimum, maximum)
-            except (ValueError, IndexError) as exc:
-                raise WxstatsError(
-                    f"{path}: checkpoint part does not fit this run: {exc}"
-                ) from None
+            except (ValueError, IndexError):
+                raise self._damaged(path, "its sums do not fit this run's layout") from None
             template.merge(piece)
         return done, template
+
+    def _damaged(self, path: Path, why: str) -> WxstatsError:
+        """One line: which part is damaged, and the two ways on (each part holds
+        its own samples and their sums, so removing one part redoes only those)."""
+        return WxstatsError(
+            f"{path}: the checkpoint is damaged ({why}); remove this file to redo only its "
+            f"samples, or remove the folder {self.directory} and rerun without --resume "
+            "to start afresh"
+        )
 
     # -- saving this rank's progress --------------------------------------
     def save(self, done: list[int], acc: RunMoments) -> None:
