@@ -263,6 +263,53 @@ def test_the_cli_refuses_what_would_mix_two_runs(meps_copy, tmp_path, capsys):
     assert not (tmp_path / "other").exists() or not any((tmp_path / "other").iterdir())
 
 
+def _corrupt(path, how):
+    data = path.read_bytes()
+    path.write_bytes(
+        {
+            "garbage": b"\x80\x04 not a zip file at all" * 4,  # np.load took it for a pickle
+            "empty": b"",
+            "truncated": data[: len(data) // 2],
+            "flipped": data[:80] + bytes([data[80] ^ 0xFF]) + data[81:],  # inside done.npy
+        }[how]
+    )
+
+
+@pytest.mark.parametrize("how", ["garbage", "empty", "truncated", "flipped"])
+def test_a_damaged_part_is_one_line_saying_what_to_do(
+    meps_copy, tmp_path, monkeypatch, capsys, how
+):
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, clean) == 0
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    (part,) = ck.glob("part-*.npz")
+    _corrupt(part, how)
+    capsys.readouterr()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "pickle" not in err, err
+    assert err.startswith(f"wxstats: error: {part}: the checkpoint is damaged"), err
+    assert f"remove the folder {ck} and rerun without --resume" in err
+    # the advice works: without the damaged part its samples are done again
+    assert "remove this file to redo only its samples" in err
+    part.unlink()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 0
+    assert_identical_outputs(clean, out)
+
+
+def test_a_damaged_manifest_is_one_line_saying_what_to_do(meps_copy, tmp_path, capsys):
+    ck = tmp_path / "ck"
+    assert _compute(meps_copy, tmp_path / "out", "--checkpoint", str(ck)) == 0
+    (ck / "manifest.json").write_text('{"format": 1, "ident')
+    capsys.readouterr()
+    assert _compute(meps_copy, tmp_path / "again", "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint is damaged" in err, err
+    assert f"{ck / 'manifest.json'}:" in err and "rerun without --resume" in err
+
+
 def test_resuming_a_finished_checkpoint_writes_the_same_result(meps_copy, tmp_path):
     first, again, ck = tmp_path / "first", tmp_path / "again", tmp_path / "ck"
     assert _compute(meps_copy, first, "--checkpoint", str(ck), "--checkpoint-interval", "0") == 0

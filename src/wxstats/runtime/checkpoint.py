@@ -179,7 +179,8 @@ class Checkpoint:
         done: set[int] = set()
         for path in sorted(self.directory.glob("part-*.npz")):
             try:
-                with np.load(path, allow_pickle=False) as part:
+                # our own file object: np.load leaks the one it opens when the zip is bad
+                with open(path, "rb") as f, np.load(f, allow_pickle=False) as part:
                     indices = part["done"].astype(np.int64).tolist()
                     ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
             except OSError as exc:  # not damage: permissions, an I/O error
