@@ -1,5 +1,5 @@
 """``python -m wxstats`` (also what torchrun runs with ``-m wxstats``)."""
 
-from wxstats.cli import main
+from wxstats.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())
