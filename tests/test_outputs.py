@@ -89,7 +89,6 @@ def test_default_output_file_and_overwrite(store, tmp_path, capsys):
         (["--split", "x=2030-01-01/2030-01-02"], "selects no time steps"),
         (["--diff-steps", "1,x"], "--diff-steps expects positive whole numbers"),
         (["--step-length", "3"], "--diff-steps"),
-        (["--variables", "orog"], "has no time dimension"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(store, tmp_path, capsys, args, message):

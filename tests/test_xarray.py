@@ -14,6 +14,7 @@ import xarray as xr
 from gridded_data import FILL, OFFSET, SCALE, assert_stream_matches, gridded, hourly, reference
 from gridded_data import write_zarr as write_store
 
+from reference import assert_close
 from wxstats.cli import main
 from wxstats.core.errors import InputError
 from wxstats.io.formats.netcdf import stats_dataset
@@ -270,10 +271,17 @@ def test_numeric_time_axis_and_other_time_dim(tmp_path):
 
 
 # -- bad input --------------------------------------------------------------------
-def test_variable_without_time_dimension(data):
-    root, _, _ = data
-    with pytest.raises(InputError, match="variable orog has no time dimension"):
-        _stats(root / "g.zarr", variables=["t2m", "orog"])
+def test_a_named_variable_without_time_is_a_static_field(data):
+    root, ds, truth = data
+    stats = _stats(root / "g.zarr", variables=["t2m", "orog"])
+    orog = ds["orog"].values.astype(np.float64)
+    for split in ("train", "val"):  # reduced over the grid once, the same in every split
+        stream = stats.streams[f"orog__{split}"]
+        assert stream.category == "static" and not stream.diff
+        assert stream.count[0] == orog.size
+        assert_close(stream.mean, [orog.mean()], 1e-15, "orog mean")
+        assert_close(stream.std, [orog.std()], 1e-13, "orog std")
+    assert_stream_matches(stats.streams["t2m__train"], reference(truth["t2m"], *TRAIN, STEPS))
 
 
 @pytest.mark.parametrize(

@@ -38,15 +38,16 @@ class StreamLayout:
 
     ``features`` are the C-order product of ``feature_dims`` (none: one
     scalar feature); ``coords`` are written along them (name -> (dims,
-    values)). ``unit_attribute``: write a ``units`` attribute when every
-    feature has the same unit (MEPS files carry units only as a coordinate).
+    values) or (dims, values, attributes)). ``unit_attribute``: write a
+    ``units`` attribute when every feature has the same unit (MEPS files
+    carry units only as a coordinate).
     """
 
     prefix: str
     split: str
     feature_dims: tuple[str, ...] = ()
     feature_shape: tuple[int, ...] = ()
-    coords: dict[str, tuple[tuple[str, ...], Any]] = field(default_factory=dict)
+    coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     category: str = "state"
     unit_attribute: bool = True
 

@@ -46,6 +46,8 @@ class ComputeOptions:
     summary: Path | None = None
     output: Path | None = None
     write_into: bool = False
+    output_format: str = "netcdf"
+    """zarr/netCDF: ``netcdf`` (one statistics file) or ``graphcast`` (its file set)."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
     min_std: float | None = None

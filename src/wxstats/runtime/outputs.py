@@ -71,6 +71,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--feature-dims": options.feature_dims is not None,
         "--output": options.output,
         "--write-into": options.write_into,
+        "--format": options.output_format != "netcdf",
         "--block-mb": options.block_mb,
         "--storage-option": options.storage_options,
     }
@@ -112,6 +113,31 @@ def meps_static_dir(source: Source) -> Path:
     return source.static_dir / source.split
 
 
+def _graphcast_outputs(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """GraphCast's files hold one split and one difference step: refuse other runs
+    up front, naming what to change."""
+    from wxstats.io.formats.graphcast import GRAPHCAST_FILES, graphcast_outputs
+
+    if options.output is not None or options.write_into:
+        raise WxstatsError(
+            "--format graphcast writes a set of files: give --output-dir, not --output or "
+            "--write-into"
+        )
+    splits, steps = [s.name for s in source.splits], source.diff_steps
+    if len(splits) != 1 or len(steps) != 1:
+        raise WxstatsError(
+            f"{source.path}: --format graphcast writes the statistics of one split and one "
+            f"difference step (this run has splits {', '.join(splits)} and steps "
+            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
+        )
+    folder = Path(options.output_dir or ".")
+    if stats is None:
+        return {folder / name: None for name in GRAPHCAST_FILES}
+    return dict(graphcast_outputs(stats, folder, splits[0], steps[0]))
+
+
 def planned_outputs(
     source: Source, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
@@ -140,6 +166,8 @@ def planned_outputs(
                 )
             )
         outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
+    elif options.output_format == "graphcast":
+        outputs.update(_graphcast_outputs(source, stats, options))
     else:
         from wxstats.sources.xarray import output_stem
 

@@ -44,7 +44,7 @@ class Variable:
     features: list[str]
     units: list[str]
     long_names: list[str]
-    coords: dict[str, tuple[tuple[str, ...], Any]]
+    coords: dict[str, tuple[Any, ...]]
     out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
     raw_itemsize: int = 8
 
@@ -99,12 +99,13 @@ def select_variables(
                 raise InputError(
                     f"{path}: no variable {name!r} (variables: {', '.join(map(str, ds.data_vars))})"
                 )
-            static_ok = mdp and name == "static"
-            if time_dim not in ds[name].dims and not static_ok:
+            # a variable without time, named here, is a static field (orography, a
+            # land-sea mask): reduced over its grid once, the same in every split,
+            # without differences; GraphCast's statistics hold such fields too
+            if time_dim not in ds[name].dims and mdp and name != "static":
                 raise InputError(
                     f"{path}: variable {name} has no {time_dim} dimension (dimensions: "
-                    f"{', '.join(ds[name].dims)}); statistics are over time and splits, "
-                    "leave it out of --variables"
+                    f"{', '.join(ds[name].dims)}); leave it out of --variables"
                 )
     if feature_dims:
         present = {d for n in names for d in ds[n].dims}
@@ -146,15 +147,17 @@ def _variable(
     shape = tuple(int(da.sizes[d]) for d in fdims)
     n_grid = int(np.prod([da.sizes[d] for d in gdims], dtype=np.int64))
     labels = []
-    coords: dict[str, tuple[tuple[str, ...], Any]] = {}
+    coords: dict[str, tuple[Any, ...]] = {}
     for d in fdims:
         if d in ds.coords and ds[d].dims == (d,):
             values = np.asarray(ds[d].values)
-            coords[d] = ((d,), values)
+            # with its attributes (units): a reader aligning on it (GraphCast's) must see
+            # the coordinate exactly as in the data, or it drops what does not match
+            coords[d] = ((d,), values, plain_attrs(ds[d].attrs))
         else:
             values = np.arange(da.sizes[d])
         labels.append([label(x) for x in values])
-    category = name if mdp and name in MDP_CATEGORIES else "state"
+    category = name if mdp and name in MDP_CATEGORIES else ("state" if has_time else "static")
     prefixed = not any(d.endswith("_feature") for d in fdims)
     features, units, long_names = [], [], []
     base_units = str(da.attrs.get("units", ""))
@@ -195,6 +198,11 @@ def _variable(
         long_names=long_names,
         coords=coords,
     )
+
+
+def plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes a netCDF file can hold as they are (strings and numbers)."""
+    return {str(k): v for k, v in attrs.items() if isinstance(v, (str, int, float, np.number))}
 
 
 def stream_specs(

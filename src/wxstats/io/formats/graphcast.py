@@ -1,0 +1,79 @@
+"""GraphCast-style statistics: ``mean_by_level.nc``, ``stddev_by_level.nc``,
+``diffs_stddev_by_level.nc`` and ``min_by_level.nc`` (``--format graphcast``).
+
+GraphCast's normalization divides each variable of its inputs by the statistic
+of the same name, aligned by xarray on the vertical coordinate: statistics whose
+``level`` is stored in Pa while the data has hPa share no level with it, and
+every pressure level drops out without a word. So each file holds one variable
+per field, named as in the dataset; a field with a vertical (or any one
+feature) dimension keeps the dataset's coordinate exactly (values, dtype and
+attributes such as ``units``), and a 2-D field is a scalar. Population std
+(ddof 0), unweighted; ``diffs_stddev`` is the std of ``x[t+k] - x[t]`` for the
+one difference step of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import WxstatsError
+from wxstats.core.stats import Stats, StreamStats
+from wxstats.io.atomic import Writer
+from wxstats.io.formats.ncwrite import write_netcdf
+
+FILES = {"mean": "mean_by_level.nc", "std": "stddev_by_level.nc", "min": "min_by_level.nc"}
+DIFF_FILE = "diffs_stddev_by_level.nc"
+GRAPHCAST_FILES = (*FILES.values(), DIFF_FILE)
+
+
+def _field(stream: StreamStats, values: np.ndarray) -> tuple[tuple[str, ...], Any, dict]:
+    lay = stream.layout
+    array = np.asarray(values, dtype=np.float64).reshape(lay.feature_shape)
+    units = {"units": stream.units[0]} if stream.units and len(set(stream.units)) == 1 else {}
+    return tuple(lay.feature_dims), array, units
+
+
+def _streams(stats: Stats, split: str) -> list[StreamStats]:
+    streams = [s for s in stats.streams.values() if s.layout and s.layout.split == split]
+    for stream in streams:
+        if len(stream.layout.feature_dims) > 1:
+            raise WxstatsError(
+                f"variable {stream.layout.prefix}: --format graphcast takes fields with at most "
+                f"one dimension besides time and the grid (it has "
+                f"{', '.join(stream.layout.feature_dims)}); choose the grid with --feature-dims"
+            )
+    return streams
+
+
+def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict[Path, Writer]:
+    """Writers of the GraphCast-style files of ``split`` (see module docstring)."""
+    per_file: dict[str, dict[str, tuple]] = {name: {} for name in GRAPHCAST_FILES}
+    coords: dict[str, tuple] = {}
+    for stream in _streams(stats, split):
+        name = stream.layout.prefix
+        coords.update(stream.layout.coords)
+        for op, file in FILES.items():
+            per_file[file][name] = _field(stream, stream.op(op))
+        if step in stream.diff:
+            per_file[DIFF_FILE][name] = _field(stream, stream.diff[step].std)
+    attrs = {
+        "title": "GraphCast-style normalization statistics written by wxstats",
+        "split": split,
+        "diff_step": step,
+        "method": "population statistics (ddof 0), unweighted, float64; diffs_stddev: std "
+        f"of x[t+{step}] - x[t] per level",
+    }
+
+    def writer(data_vars: dict[str, tuple]) -> Writer:
+        used = {d for dims, _, _ in data_vars.values() for d in dims}
+        own = {k: v for k, v in coords.items() if set(np.atleast_1d(v[0])) <= used}
+
+        def write(path: Path) -> None:
+            write_netcdf(path, data_vars, own, attrs)
+
+        return write
+
+    return {folder / file: writer(data_vars) for file, data_vars in per_file.items()}
