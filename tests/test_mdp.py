@@ -136,7 +136,7 @@ def test_failed_write_keeps_the_old_values(store_copy, monkeypatch):
     from wxstats.runtime.run import compute_source
 
     stats = compute_source(source)
-    with pytest.raises(WxstatsError, match="old values were kept.*No space left"):
+    with pytest.raises(WxstatsError, match="left as it was.*old values kept.*No space left"):
         write_outputs(source, stats, ComputeOptions(write_into=True))
     assert len(calls) == 5  # two chunks moved in, the third failed, the two put back
     assert _files(path) == before
@@ -210,3 +210,95 @@ def test_write_into_refuses_or_floors_a_zero_std(store_copy, capsys):
     ds = xr.open_zarr(path, consolidated=True)
     assert float(ds["static__train__std"].values[1]) == np.float32(1e-6)
     assert float(ds["static__train__std"].values[0]) > 1  # orography's own std
+
+
+# -- a full disk: a small tmpfs mounted for the test -------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 4 MiB tmpfs (needs root and mount rights; skipped with the reason otherwise)."""
+    import subprocess
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    cmd = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot mount a small tmpfs to fill (mount: {exc})")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+def _tree(path: Path) -> dict[str, bytes | None]:
+    """Every file's bytes and every folder (None): a leftover empty folder counts."""
+    return {
+        str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in path.rglob("*")
+    }
+
+
+def _fill(folder: Path, leave_pages: int) -> Path:
+    """A file taking all the free space of ``folder``'s filesystem but ``leave_pages`` 4 KiB."""
+    st = os.statvfs(folder)
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_pages * 4096))
+    return filler
+
+
+def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys):
+    """The disk fills at every point of the write in turn (a little more room each
+    time): each failure leaves every file and folder of the store as it was; then
+    with room the same command works."""
+    src, truth = store
+    path = small_fs / "danra.zarr"
+    shutil.copytree(src, path)
+    before = _tree(path)
+    # train replaces the store's statistics, val adds new variables
+    args = ["compute", str(path), "--write-into", "--split", "train", "--split", "val", "--quiet"]
+    failures = 0
+    for leave_pages in range(0, 600, 2):
+        filler = _fill(small_fs, leave_pages)
+        code = main(args)
+        err = capsys.readouterr().err
+        filler.unlink()
+        if code == 0:
+            break
+        failures += 1
+        assert _tree(path) == before, f"{leave_pages} pages free: {err}"
+        assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
+        assert f"{path}: writing the statistics failed, the store was left as it was" in err
+        xr.open_zarr(path, consolidated=False).close()  # opens (it raised KeyError before)
+    else:
+        pytest.fail("the write never fitted in the filesystem")
+    assert failures >= 10  # the disk filled at many points of the write
+    assert not [p for p in path.iterdir() if p.name.startswith(".wxstats")]
+    ref = reference(truth["state"], *VAL, (1,))
+    for consolidated in (False, True):  # neural-lam reads the consolidated metadata
+        with xr.open_zarr(path, consolidated=consolidated) as ds:
+            assert_close(ds["state__val__std"].values, ref["std"], 6e-8, "val std")
+            assert_close(ds["state__val__diff_mean"].values, ref["diff"][1]["mean"], 6e-8, "d")
+            assert ds["state__val__mean"].dims == ("state_feature",)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # zarr 3 on string dtypes, consolidation
+@pytest.mark.parametrize("consolidated", [True, False])
+def test_write_into_adds_variables_to_a_zarr3_store(store, tmp_path, consolidated):
+    path, truth = store
+    ds = xr.open_zarr(path).load()
+    for name in ds.variables:
+        ds[name].encoding = {}
+    v3 = tmp_path / "v3.zarr"
+    ds.to_zarr(v3, zarr_format=3, consolidated=consolidated, mode="w")
+    args = ["compute", str(v3), "--write-into", "--split", "train", "--split", "val", "--quiet"]
+    assert main(args) == 0
+    ref = reference(truth["state"], *VAL, (1,))
+    for read_consolidated in {False, consolidated}:
+        with xr.open_zarr(v3, consolidated=read_consolidated) as got:
+            assert_close(got["state__val__std"].values, ref["std"], 6e-8, "val std")
+            assert got["state__val__mean"].dims == ("state_feature",)

@@ -14,7 +14,16 @@ chunks are written into a temporary copy first, then moved over the old ones
 with ``os.replace`` (atomic per file; these small arrays have one chunk); the
 old chunk files are kept aside until every variable is in place and put back
 if anything fails. The metadata does not change, so a reader never sees new
-metadata with old data. Variables the store lacks are then added with xarray.
+metadata with old data.
+
+Variables the store lacks are added the same way: written complete into a
+staging folder inside the store (the same filesystem), then each array
+folder is renamed into place. Everything that takes disk space (copies, new
+arrays, the new consolidated metadata) is written before the first rename,
+so a full disk stops the write with the store untouched; a rename failing
+later undoes the ones before it. The consolidated metadata (``.zmetadata``,
+or the root ``zarr.json`` of a consolidated zarr 3 store) is replaced last,
+in one ``os.replace``, with an entry for every variable written.
 """
 
 from __future__ import annotations
@@ -136,73 +145,41 @@ def _chunk_files(folder: Path) -> set[str]:
     }
 
 
-def _consolidated(root: Path, zarr_format: int) -> bool:
+def _metadata_file(root: Path, zarr_format: int) -> Path | None:
+    """The store's consolidated metadata file, or None if it has none."""
     if zarr_format == 2:
-        return (root / ".zmetadata").exists()
+        return root / ".zmetadata" if (root / ".zmetadata").exists() else None
     meta = json.loads((root / "zarr.json").read_text())
-    return bool(meta.get("consolidated_metadata"))
+    return root / "zarr.json" if meta.get("consolidated_metadata") else None
 
 
-def write_into_store(
-    store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
-) -> list[str]:
-    """Replace (or add) the variables in ``store`` (see module docstring)."""
-    import zarr
-
-    root = Path(store)
-    check_store(root, planned)
-    group = _group(root)
-    zarr_format = group.metadata.zarr_format
-    arrays = set(group.array_keys())
-    existing = [n for n in values if n in arrays]
-    missing = [n for n in values if n not in arrays]
-    tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
-    done: list[tuple[Path, Path | None]] = []  # (file replaced, its old content or None)
-    try:
-        for name in existing:
-            shutil.copytree(root / name, tmp / name)
-            array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
-            array[...] = values[name].astype(array.dtype)
-        backup = tmp / ".old"
-        for name in existing:
-            new, old = _chunk_files(tmp / name), _chunk_files(root / name)
-            for rel in sorted(old):
-                saved = backup / name / rel
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(root / name / rel, saved)
-                except OSError:
-                    shutil.copy2(root / name / rel, saved)
-            for rel in sorted(new):
-                target = root / name / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fsync_file(tmp / name / rel)
-                os.replace(tmp / name / rel, target)
-                done.append((target, backup / name / rel if rel in old else None))
-            for rel in sorted(old - new):  # chunks now equal to the fill value
-                os.unlink(root / name / rel)
-                done.append((root / name / rel, backup / name / rel))
-    except BaseException as exc:
-        for target, saved in reversed(done):
-            if saved is not None:
-                os.replace(saved, target)
-            else:
-                target.unlink(missing_ok=True)
-        if isinstance(exc, Exception):
-            raise WxstatsError(
-                f"{store}: writing the statistics failed, the old values were kept: {exc}"
-            ) from None
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if missing:
-        _add_variables(root, zarr_format, {n: values[n] for n in missing}, planned)
-    return existing + missing
+def _consolidated_text(root: Path, zarr_format: int, arrays: dict[str, Path]) -> str | None:
+    """The store's consolidated metadata with an entry for each of ``arrays``
+    (name -> the folder whose metadata it will have), or None if nothing changes."""
+    path = _metadata_file(root, zarr_format)
+    if path is None:
+        return None
+    doc = json.loads(path.read_text())
+    entries = doc["metadata"] if zarr_format == 2 else doc["consolidated_metadata"]["metadata"]
+    before = json.dumps(entries, sort_keys=True)
+    for name, folder in arrays.items():
+        if zarr_format == 2:
+            for file in (".zarray", ".zattrs"):
+                if (folder / file).exists():
+                    entries[f"{name}/{file}"] = json.loads((folder / file).read_text())
+        else:
+            entries[name] = json.loads((folder / "zarr.json").read_text())
+    if json.dumps(entries, sort_keys=True) == before:
+        return None
+    return json.dumps(doc, indent=2 if zarr_format == 3 else 4, sort_keys=zarr_format == 2)
 
 
-def _add_variables(
-    root: Path, zarr_format: int, values: dict[str, np.ndarray], planned: dict[str, Planned]
+def _stage_new(
+    stage: Path, root: Path, zarr_format: int, values: dict[str, np.ndarray], planned
 ) -> None:
+    """Write the variables the store lacks, complete, into a store of their own
+    at ``stage`` (in the store's folder: the same filesystem, so moving them in
+    is a rename). Each gets the dtype of its category's data if that is a float."""
     import xarray as xr
     import zarr
 
@@ -217,14 +194,90 @@ def _add_variables(
         except Exception:  # no such array: keep float64
             pass
         data_vars[name] = ((p.dim,), array.astype(dtype))
+    xr.Dataset(data_vars).to_zarr(stage, mode="w-", zarr_format=zarr_format, consolidated=False)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fsync_file(path)
+
+
+def write_into_store(
+    store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
+) -> list[str]:
+    """Replace (or add) the variables in ``store``: all or nothing (see module docstring)."""
+    import zarr
+
+    root = Path(store)
+    check_store(root, planned)
+    group = _group(root)
+    zarr_format = group.metadata.zarr_format
+    arrays = set(group.array_keys())
+    existing = [n for n in values if n in arrays]
+    missing = [n for n in values if n not in arrays]
+    tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
+    stage = tmp / "new"
+    undo: list[tuple[str, Path, Path | None]] = []  # (how, path in the store, its old version)
     try:
-        xr.Dataset(data_vars).to_zarr(
-            root,
-            mode="a",
-            zarr_format=zarr_format,
-            consolidated=_consolidated(root, zarr_format),
-        )
-    except Exception as exc:  # any zarr/xarray error: one line for the user
-        raise WxstatsError(
-            f"{root}: adding {', '.join(values)} failed (the replaced variables are written): {exc}"
-        ) from None
+        # 1. everything that takes space, under tmp: a full disk stops here
+        for name in existing:
+            shutil.copytree(root / name, tmp / name)
+            array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
+            array[...] = values[name].astype(array.dtype)
+        if missing:
+            _stage_new(stage, root, zarr_format, {n: values[n] for n in missing}, planned)
+        meta_file = _metadata_file(root, zarr_format)
+        folders = {n: root / n for n in existing} | {n: stage / n for n in missing}
+        meta_text = _consolidated_text(root, zarr_format, folders)
+        if meta_text is not None and meta_file is not None:
+            (tmp / "metadata").write_text(meta_text)
+        backup = tmp / ".old"
+        for name in existing:
+            for rel in sorted(_chunk_files(root / name)):
+                saved = backup / name / rel
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(root / name / rel, saved)
+                except OSError:
+                    shutil.copy2(root / name / rel, saved)
+        _fsync_tree(tmp)
+        # 2. renames only, each undone if a later one fails
+        for name in existing:
+            new, old = _chunk_files(tmp / name), _chunk_files(root / name)
+            for rel in sorted(new):
+                target = root / name / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp / name / rel, target)
+                undo.append(("file", target, backup / name / rel if rel in old else None))
+            for rel in sorted(old - new):  # chunks now equal to the fill value
+                os.unlink(root / name / rel)
+                undo.append(("file", root / name / rel, backup / name / rel))
+        for name in missing:
+            os.rename(stage / name, root / name)
+            undo.append(("array", root / name, stage / name))
+        if meta_text is not None and meta_file is not None:
+            os.replace(tmp / "metadata", meta_file)  # last: consolidated readers see all or none
+    except BaseException as exc:
+        _roll_back(undo)
+        if isinstance(exc, Exception):
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise WxstatsError(
+                f"{store}: writing the statistics failed, the store was left as it was (old "
+                f"values kept, nothing added): {why}"
+            ) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return existing + missing
+
+
+def _roll_back(undo: list[tuple[str, Path, Path | None]]) -> None:
+    """Put back what the renames of :func:`write_into_store` changed (no space needed)."""
+    for how, target, saved in reversed(undo):
+        if how == "array":
+            os.rename(target, saved)  # type: ignore[arg-type]
+        elif saved is not None:
+            os.replace(saved, target)
+        else:
+            target.unlink(missing_ok=True)
