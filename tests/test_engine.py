@@ -225,3 +225,78 @@ def test_every_sample_is_prefetched_before_it_is_read(meps_small, threads):
     # and they change nothing
     plain = accumulate(MepsSource(meps_small), indices, refs, threads=1)
     assert [p.tobytes() for p in one.pack()] == [p.tobytes() for p in plain.pack()]
+
+
+# -- Ctrl-C with several threads ------------------------------------------------------------
+class _SlowSource(MepsSource):
+    """Each read takes 0.5 s; records which samples were started."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.started: list[int] = []
+
+    def read(self, index):
+        self.started.append(index)
+        import time
+
+        time.sleep(0.5)
+        return super().read(index)
+
+    def prefetch(self, index):
+        pass
+
+
+def test_ctrl_c_with_threads_never_starts_the_queued_samples(meps_small):
+    """The window holds 2 x threads samples; after Ctrl-C only the running ones
+    finish their block (they used to be followed by every queued one)."""
+    import os
+    import signal
+    import time
+
+    source = _SlowSource(meps_small)
+    refs = references(source)
+    source.started.clear()
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    begun = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        accumulate(source, range(len(source)), refs, threads=3)
+    assert time.monotonic() - begun < 0.45  # the interrupt is not held back
+    time.sleep(1.2)  # the running samples end; a queued one would have started by now
+    assert sorted(source.started) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_ctrl_c_once_or_twice_ends_the_command_quietly(tmp_path, signals):
+    """A run with threads stopped by Ctrl-C, and again while the process ends (its
+    threads finishing their blocks): one line, status 130, no traceback from the
+    interpreter's shutdown."""
+    import signal
+    import subprocess
+    import time
+
+    from cluster import fault_hooks, fault_log, with_fault_hooks
+    from distributed_helpers import compute_args, env, make_odd_dataset, wxstats_cmd
+
+    config = make_odd_dataset(tmp_path / "data", analysis_times=7)  # 13 samples
+    log = tmp_path / "opens.log"
+    hooked = with_fault_hooks(
+        env(), fault_hooks(tmp_path), match="*/nwp_20*_mbr*.npy", delay="1.0", log=str(log)
+    )
+    cmd = wxstats_cmd(*compute_args(config, tmp_path / "out", "--threads", "3"))
+    proc = subprocess.Popen(cmd, env=hooked, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(fault_log(log)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGINT)
+    lines = []
+    if signals == 2:  # again once the command has said so: while the process ends
+        while not any("interrupted" in line for line in lines):
+            lines.append(proc.stderr.readline())
+        proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    err = "".join(lines) + rest
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert not (tmp_path / "out" / "parameter_mean.pt").exists()

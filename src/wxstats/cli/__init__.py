@@ -7,6 +7,7 @@ printed on one line, without a traceback, and exit with status 2.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 from typing import Any
@@ -68,4 +69,16 @@ def console() -> int:
     wxstats never makes one, and the import costs about half a second of every
     run's start-up. A library caller's process is left alone (``main``)."""
     sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
-    return main()
+    code = main()
+    # the command has said what happened; a Ctrl-C (or SIGTERM) while the process
+    # ends (threads finishing their block, torch's atexit) stops it at once, quietly,
+    # instead of a KeyboardInterrupt traceback from the interpreter's shutdown
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop_now)
+    return code
+
+
+def _stop_now(signum: int, frame: Any) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signum)

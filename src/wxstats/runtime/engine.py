@@ -123,7 +123,8 @@ def accumulate(
             hint(n + 1)
             merged(i, sample_accumulator(source, i, refs, skipna))
         return total
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats") as pool:
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
+    try:
         # keep at most 2 * threads samples in flight: bounded memory
         window = 2 * threads
         pending = []
@@ -137,4 +138,10 @@ def accumulate(
                 merged(j, fut.result())
         for j, fut in pending:
             merged(j, fut.result())
+    except BaseException:
+        # Ctrl-C, a failed sample, a stopped job: the queued samples never start and
+        # the running ones end with their block, rather than all of the window
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return total
