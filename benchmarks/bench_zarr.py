@@ -17,7 +17,10 @@ Then, warm (page cache full) and cold (every chunk file evicted with
   script (mean, std and std of the step-1 difference per level, one
   ``dask.compute``);
 
-the same store uploaded to moto's S3 server on localhost (unless ``--no-s3``:
+the same data as one uncompressed netCDF file (unless ``--no-netcdf``: the
+limit is netCDF4-python reading every variable in slabs of 8 steps and
+summing them; wxstats reads the file through xarray's backend, basic slices
+only); the same store uploaded to moto's S3 server on localhost (unless ``--no-s3``:
 the limit is every chunk object fetched with batched ``cat`` and
 decompressed; wxstats reads ``s3://``); and the start-up: ``wxstats compute``
 of a tiny store against ``python -c "import numpy, xarray"`` (whole process);
@@ -162,6 +165,31 @@ def run_wxstats(path: Path) -> float:
 
     start = time.perf_counter()
     compute(str(path), diff_steps=(1,), threads=THREADS)
+    return time.perf_counter() - start
+
+
+def netcdf_copy(store: Path) -> Path:
+    """The store as one netCDF4 file (uncompressed, contiguous), written once."""
+    import xarray as xr
+
+    path = store.with_suffix(".nc")
+    if not path.exists():
+        with xr.open_zarr(store) as ds:
+            ds.to_netcdf(path, engine="netcdf4")
+    return path
+
+
+def limit_netcdf4(path: Path, steps: int = 8) -> float:
+    """netCDF4-python alone: every 3-D/4-D variable in slabs of ``steps``, summed."""
+    import netCDF4
+
+    start = time.perf_counter()
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_mask(False)
+        for var in ds.variables.values():
+            if var.ndim >= 3:
+                for i in range(0, var.shape[0], steps):
+                    np.asarray(var[i : i + steps], dtype=np.float32).sum(dtype=np.float32)
     return time.perf_counter() - start
 
 
@@ -311,6 +339,7 @@ def main() -> None:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-cache rows")
     parser.add_argument("--no-dask", action="store_true", help="skip xarray + dask float64")
     parser.add_argument("--no-s3", action="store_true", help="skip the S3 (moto) rows")
+    parser.add_argument("--no-netcdf", action="store_true", help="skip the netCDF rows")
     parser.add_argument("--no-ranks", action="store_true", help="skip the --nproc rows")
     parser.add_argument("--repeat", type=int, default=2, help="best of N for the warm rows")
     args = parser.parse_args()
@@ -354,6 +383,12 @@ def main() -> None:
         if "xarray+dask float64" in results:
             speedup = results["xarray+dask float64"] / results["wxstats compute (command)"]
             print(f"  wxstats compute is {speedup:.1f}x xarray+dask float64")
+    if not args.no_netcdf:
+        nc = netcdf_copy(store)
+        results = {}
+        for name, fn in (("limit: netCDF4-python slabs", limit_netcdf4), ("wxstats", run_wxstats)):
+            results[name] = min(fn(nc) for _ in range(args.repeat))
+        table("netCDF (one file, warm):", nbytes, results, results["limit: netCDF4-python slabs"])
     if not args.no_s3:
         s3 = S3(store)
         try:
