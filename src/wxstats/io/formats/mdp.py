@@ -259,6 +259,7 @@ def write_into_store(
         if meta_text is not None and meta_file is not None:
             os.replace(tmp / "metadata", meta_file)  # last: consolidated readers see all or none
     except BaseException as exc:
+        _settle_zarr()
         _roll_back(undo)
         if isinstance(exc, Exception):
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -270,6 +271,25 @@ def write_into_store(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return existing + missing
+
+
+def _settle_zarr(timeout: float = 30.0) -> None:
+    """Wait for zarr writes still in flight: zarr 3 writes an array's chunks and
+    metadata as concurrent tasks, and when one fails (a full disk) the others
+    go on, recreating files in the staging folder after it was removed."""
+    import asyncio
+
+    async def drain() -> None:
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=timeout)
+
+    try:
+        from zarr.core.sync import sync
+
+        sync(drain())
+    except Exception:  # noqa: BLE001 - another zarr: nothing to wait for, or no way to
+        pass
 
 
 def _roll_back(undo: list[tuple[str, Path, Path | None]]) -> None:
