@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import Any
 
-from wxstats.cli import commands
+from wxstats.cli import commands, grow
 from wxstats.cli.parser import build_parser, compute_options
 from wxstats.core.errors import Interrupted, WxstatsError
 
@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
             warnings.showwarning = _show_warning
             if args.command == "compute":
                 return commands.run_compute(compute_options(args, argv))
+            if args.command == "update":
+                return grow.run_update(args, argv)
+            if args.command == "merge":
+                return grow.run_merge(args)
             if args.command == "example":
                 return commands.run_example(args)
             if args.command == "report":

@@ -22,6 +22,7 @@ from wxstats.cli.examples import (
     INSPECT_EPILOG,
     REPORT_EPILOG,
 )
+from wxstats.cli.grow import add_grow_commands, add_state_arguments
 
 __all__ = ["build_parser", "compute_options"]
 
@@ -43,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_compute_arguments(compute)
+    add_state_arguments(compute)
+    add_grow_commands(commands)
 
     example = commands.add_parser(
         "example",

@@ -65,13 +65,22 @@ def _refuse_bad_values(where: str, spec: StreamSpec, sums: BlockSums, skipna: bo
             )
 
 
-def sample_accumulator(
-    source: Source, index: int, refs: dict[str, StreamReference], skipna: bool
+def blocks_accumulator(
+    specs: list[StreamSpec],
+    blocks: dict[str, Block],
+    refs: dict[str, StreamReference],
+    *,
+    where: str,
+    skipna: bool,
+    per_step: bool,
 ) -> RunMoments:
-    """The exact accumulator of one sample (deterministic, whoever runs it)."""
-    blocks = source.read(index)
-    acc = empty_accumulator(source)
-    for spec in source.streams:
+    """The exact accumulator of the ``blocks`` of some streams (those absent
+    stay empty): a sample, or the differences across the seam of two time
+    ranges (:mod:`wxstats.runtime.state`)."""
+    acc = RunMoments.create(specs)
+    for spec in specs:
+        if spec.name not in blocks:
+            continue
         ref = refs[spec.name]
         sums = block_sums(
             blocks[spec.name],
@@ -80,10 +89,9 @@ def sample_accumulator(
             {k: r.shift for k, r in ref.diffs.items()},
             {k: r.scale for k, r in ref.diffs.items()},
         )
-        where = source.describe(index)
         _refuse_bad_values(where, spec, sums, skipna)
         try:
-            acc.add(spec.name, sums, source.exact_per_step)
+            acc.add(spec.name, sums, per_step)
         except NonFiniteSums as exc:
             bad = ", ".join(spec.features[f] for f in exc.features)
             raise InputError(
@@ -91,6 +99,20 @@ def sample_accumulator(
                 "sums (relative to the first time step of the first sample)"
             ) from None
     return acc
+
+
+def sample_accumulator(
+    source: Source, index: int, refs: dict[str, StreamReference], skipna: bool
+) -> RunMoments:
+    """The exact accumulator of one sample (deterministic, whoever runs it)."""
+    return blocks_accumulator(
+        source.streams,
+        source.read(index),
+        refs,
+        where=source.describe(index),
+        skipna=skipna,
+        per_step=source.exact_per_step,
+    )
 
 
 def accumulate(

@@ -56,6 +56,14 @@ class ComputeOptions:
     checkpoint: Path | None = None
     checkpoint_interval: float = 60.0
     resume: bool = False
+    # -- statistics states (wxstats.runtime.grow) ------------------------------
+    state: Path | None = None
+    """Write the exact accumulator here (``--state``)."""
+    base_state: Path | None = None
+    """``update``: the state the new data is added to."""
+    reference_state: Path | None = None
+    """Take the shift/scale references from this state (``--reference-state``)."""
+    allow_gap: bool = False
     # -- how to run ----------------------------------------------------------------
     threads: int | None = None
     """Threads per process; ``None``: the CPUs available to this rank, at most 8."""
@@ -79,7 +87,15 @@ class ComputeOptions:
             object.__setattr__(self, "storage_options", tuple(self.storage_options.items()))
         if self.split is not None and not self.splits:
             object.__setattr__(self, "splits", (self.split,))
-        for name in ("output_dir", "summary", "output", "checkpoint"):
+        for name in (
+            "output_dir",
+            "summary",
+            "output",
+            "checkpoint",
+            "state",
+            "base_state",
+            "reference_state",
+        ):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value))

@@ -204,21 +204,23 @@ def check_collisions(source: Source, paths: list[Path]) -> None:
                 )
 
 
-def check_outputs(source: Source, options: ComputeOptions) -> None:
+def check_outputs(source: Source, options: ComputeOptions, extra: list[Path] = ()) -> None:
     """Refuse up front (before hours of work) outputs that exist, cannot be
-    written, or collide with the inputs or each other."""
-    paths = list(planned_outputs(source, None, options))
+    written, or collide with the inputs or each other (``extra``: a state file)."""
+    paths = list(planned_outputs(source, None, options)) + list(extra)
     check_collisions(source, paths)
     check_writable(paths, options.overwrite)
     if options.write_into:
         _store_values(source, None)
 
 
-def write_outputs(source: Source, stats: Stats, options: ComputeOptions) -> list[Path]:
+def write_outputs(
+    source: Source, stats: Stats, options: ComputeOptions, extra: dict[Path, Writer] | None = None
+) -> list[Path]:
     """Write every output (everything that can be refused is refused first)."""
     from wxstats.io.formats.mdp import write_into_store
 
-    outputs = planned_outputs(source, stats, options)
+    outputs = {**planned_outputs(source, stats, options), **(extra or {})}
     into = _store_values(source, stats, options.min_std) if options.write_into else None
     write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
     if into is not None:

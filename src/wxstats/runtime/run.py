@@ -33,6 +33,7 @@ from wxstats.core.stats import Stats
 from wxstats.runtime import preload
 from wxstats.runtime.checkpoint import Resumable, resume_hint
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.grow import Growth
 from wxstats.runtime.job import ProgressSettings, Solo, World
 from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
@@ -73,16 +74,20 @@ def compute_source(
     world: World | None = None,
     on_sample: Callable[[int], None] | None = None,
     checkpoint: Resumable | None = None,
+    growth: Growth | None = None,
 ) -> Stats:
     """Statistics of ``source``: this rank's share, then the exact all-reduce.
     Byte-identical results for any split of the work.
 
     With ``checkpoint``, only the samples no earlier run finished are shared
     out, progress is saved as it goes, and rank 0 adds the earlier runs' exact
-    sums before the all-reduce: the same bytes as one uninterrupted run."""
+    sums before the all-reduce: the same bytes as one uninterrupted run.
+
+    With ``growth`` (``--state``, ``update``) the references may come from a
+    state, and the sums are joined to its sums (:mod:`wxstats.runtime.grow`)."""
     world = world if world is not None else Solo()
     started = time.time()
-    refs = references(source)
+    refs = growth.references(source) if growth is not None else references(source)
     todo, carried = range(len(source)), None
     if checkpoint is not None:
         todo, carried = checkpoint.start(source, skipna=skipna, world=world)
@@ -98,8 +103,11 @@ def compute_source(
         if carried is not None:
             acc.merge(carried)
         acc = world.allreduce(acc)
-    stats = acc.extract(source.streams, refs, source.kind)
-    stats.attrs = dict(source.attrs)
+    if growth is not None:
+        stats = growth.grown(source, acc, refs, skipna)
+    else:
+        stats = acc.extract(source.streams, refs, source.kind)
+    stats.attrs = stats.attrs or dict(source.attrs)
     stats.attrs["skipna"] = int(skipna)
     stats.run = {
         "wxstats_version": __version__,
@@ -157,6 +165,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     """
     try:
         checkpoint = resumable(options)
+        growth = Growth.of(options)
     except WxstatsError as exc:
         _say(f"error: {exc}")
         return Outcome(2)
@@ -171,8 +180,10 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     interrupted = False
     try:
         source = open_source(options)
+        if growth is not None:
+            growth.check(source, options.skipna)
         if world.rank == 0:
-            check_outputs(source, options)
+            check_outputs(source, options, growth.paths() if growth else [])
         sizes = sample_sizes(source)
         # what every rank must agree on (not mtimes: data staged per node is fine)
         layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
@@ -193,9 +204,10 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             world=world,
             on_sample=on_sample,
             checkpoint=checkpoint,
+            growth=growth,
         )
         if world.rank == 0:
-            written = write_outputs(source, stats, options)
+            written = write_outputs(source, stats, options, growth.writers() if growth else {})
             world.succeed()
             outcome = Outcome(0, stats, written)
         else:

@@ -192,6 +192,12 @@ class XarraySource:
             for v in variables
         }
 
+    def steps(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Decoded ``(time, grid, features)`` values of time steps ``[start, stop)``
+        of every variable with time, by variable name: the edges a statistics
+        state keeps for the differences across its boundaries."""
+        return self._read_all([v for v in self.vars if v.has_time], start, stop)
+
     @staticmethod
     def _channels(v: Variable) -> np.ndarray:
         return np.arange(v.n_features, dtype=np.int64)

@@ -1,0 +1,157 @@
+"""The command line of statistics that grow: ``compute --state``, ``update``, ``merge``.
+
+Kept apart from :mod:`wxstats.cli.parser` so that each module stays short;
+the parser calls :func:`add_state_arguments` and :func:`add_grow_commands`.
+The work is :mod:`wxstats.runtime.grow`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wxstats.core.errors import WxstatsError
+
+UPDATE_EPILOG = """\
+examples:
+  wxstats compute era5-1979-2019.zarr --state era5.wxstate --output era5.stats.nc
+  wxstats update era5.wxstate era5-2020.zarr --state era5-2020.wxstate --output era5.stats.nc
+  wxstats update era5.wxstate era5-2020.zarr --nproc 4 --state era5.wxstate --overwrite
+
+The statistics are the same bytes as one compute run over all the data. The new
+data must start one time step after the state's last time (a gap is refused
+unless --allow-gap) and have the state's variables, units, grid and options,
+which are taken from the state.
+"""
+
+MERGE_EPILOG = """\
+examples:
+  wxstats compute y2019.zarr --state 2019.wxstate
+  wxstats compute y2020.zarr --state 2020.wxstate --reference-state 2019.wxstate
+  wxstats merge 2020.wxstate 2019.wxstate --output all.stats.nc --state all.wxstate
+
+States of disjoint time ranges, in any order; differences across adjacent ranges
+are counted once. Byte-identical to one run over all the data when every state
+was summed with the references of the earliest range (--reference-state).
+"""
+
+
+def add_state_arguments(p: argparse.ArgumentParser) -> None:
+    """``compute --state FILE [--reference-state FILE]``."""
+    g = p.add_argument_group("statistics that grow with the data (zarr/netCDF)")
+    g.add_argument(
+        "--state",
+        type=Path,
+        metavar="FILE.wxstate",
+        help="also write the exact accumulator, to add later data with 'wxstats update' or "
+        "join other ranges with 'wxstats merge' (one split)",
+    )
+    g.add_argument(
+        "--reference-state",
+        type=Path,
+        metavar="FILE.wxstate",
+        help="sum with the shift/scale references of this state (that of the earliest range), "
+        "so that merging the two states gives the bytes of one run over both",
+    )
+
+
+def _outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE.nc",
+        help="the statistics file (default: the new state's name with .stats.nc)",
+    )
+    p.add_argument("--summary", type=Path, metavar="FILE.json", help="also write JSON")
+    p.add_argument("--state", type=Path, metavar="FILE.wxstate", help="write the grown state")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument(
+        "--allow-gap",
+        action="store_true",
+        help="accept time steps missing between the ranges (no differences across a gap)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print only errors and warnings")
+
+
+def add_grow_commands(commands: argparse._SubParsersAction) -> None:
+    """The ``update`` and ``merge`` commands."""
+    from wxstats.cli.compute_args import add_parallel_arguments, positive_int
+
+    update = commands.add_parser(
+        "update",
+        help="add new time steps to a statistics state (same bytes as a full run)",
+        description="Read only the new time steps (and the state's last steps for the "
+        "differences across the boundary) and write the statistics of all the data.",
+        epilog=UPDATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    update.add_argument("base", type=Path, metavar="STATE", help="a .wxstate file")
+    update.add_argument("dataset", help="the new data: zarr store, netCDF file or quoted glob")
+    _outputs(update)
+    update.add_argument("--threads", type=positive_int, help="threads per process")
+    add_parallel_arguments(update)
+
+    merge = commands.add_parser(
+        "merge",
+        help="join statistics states of disjoint time ranges",
+        description="Join states computed separately (e.g. one per year) into the statistics "
+        "of all their data.",
+        epilog=MERGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    merge.add_argument("states", type=Path, nargs="+", metavar="STATE", help=".wxstate files")
+    _outputs(merge)
+
+
+def _default_output(args: argparse.Namespace) -> Path | None:
+    if args.output is not None or args.summary is not None:
+        return args.output
+    if args.state is not None:
+        return args.state.with_suffix(".stats.nc")
+    if args.command == "update":
+        return args.base.with_suffix(".stats.nc")
+    raise WxstatsError("merge: give --output FILE.nc, --summary FILE.json or --state FILE")
+
+
+def run_update(args: argparse.Namespace, argv: list[str]) -> int:
+    from wxstats.cli.commands import run_compute
+    from wxstats.runtime.grow import update_options
+
+    options = update_options(
+        args.base,
+        args.dataset,
+        output=_default_output(args),
+        summary=args.summary,
+        state=args.state,
+        overwrite=args.overwrite,
+        allow_gap=args.allow_gap,
+        threads=args.threads,
+        quiet=args.quiet,
+        nproc=args.nproc,
+        backend=args.backend,
+        device=args.device,
+        timeout=args.timeout,
+        argv=tuple(argv),
+    )
+    return run_compute(options)
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from wxstats.runtime.grow import merge_states
+    from wxstats.tools.report import format_table
+
+    stats, written = merge_states(
+        args.states,
+        output=_default_output(args),
+        summary=args.summary,
+        state=args.state,
+        overwrite=args.overwrite,
+        allow_gap=args.allow_gap,
+    )
+    for note in stats.warnings:
+        print(f"wxstats: warning: {note}", file=sys.stderr)
+    if not args.quiet:
+        print(format_table(stats))
+        print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
+    return 0

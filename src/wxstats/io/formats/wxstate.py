@@ -1,0 +1,181 @@
+"""The statistics state file (``.wxstate``): a run's exact accumulator, kept to grow it.
+
+Why a file of its own: statistics that were rounded cannot be updated
+exactly, but the exact integer sums behind them can. A state holds those sums
+and everything needed to add more data later with the same bytes as a full
+run (``wxstats update``, ``wxstats merge``): the shift/scale references, the
+identity of the data, the time range covered and its edge time steps.
+
+The format is a small netCDF4 file, readable by any netCDF tool (the layout is
+documented in ``docs/state-format.md``):
+
+* global attributes ``wxstats_state_format`` (``"wxstats-state"``),
+  ``wxstats_state_version`` (an integer, :data:`FORMAT_VERSION`),
+  ``wxstats_version``, ``meta`` (JSON: identity, coverage, streams) and
+  ``checksum`` (SHA-256 of ``meta`` and every array, to refuse a damaged file);
+* ``sums`` (int64, dimension ``word``): the packed exact sums of
+  :meth:`wxstats.core.combine.RunMoments.pack`;
+* ``minimum``, ``maximum``, ``shift``, ``scale`` (float64, dimension ``part_feature``):
+  extremes and references of every (stream, part, feature), in the same order;
+* ``{variable}__head`` / ``{variable}__tail``: the decoded first and last time
+  steps of each variable with time (``(step, grid, feature)``, the decoded dtype).
+
+This module only encodes and decodes; what the contents mean and when two
+states may be combined is :mod:`wxstats.runtime.state`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats.core.errors import WxstatsError
+from wxstats.io.atomic import Writer
+from wxstats.io.formats.ncwrite import write_netcdf
+
+FORMAT_NAME = "wxstats-state"
+FORMAT_VERSION = 1
+SUFFIX = ".wxstate"
+PART_ARRAYS = ("minimum", "maximum", "shift", "scale")
+
+
+@dataclass
+class StateFile:
+    """The decoded contents of a state file (see module docstring)."""
+
+    meta: dict[str, Any]
+    sums: np.ndarray  # int64 (words,)
+    minimum: np.ndarray  # float64 (parts,)
+    maximum: np.ndarray
+    shift: np.ndarray
+    scale: np.ndarray
+    edges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Variable name -> (head, tail), each ``(step, grid, feature)``."""
+    wxstats_version: str = ""
+
+
+def _checksum(meta_text: str, arrays: list[np.ndarray]) -> str:
+    digest = hashlib.sha256(meta_text.encode())
+    for array in arrays:
+        a = np.ascontiguousarray(array)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
+def _arrays(state: StateFile) -> list[np.ndarray]:
+    out = [state.sums] + [getattr(state, n) for n in PART_ARRAYS]
+    for name in sorted(state.edges):
+        out += list(state.edges[name])
+    return out
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """netCDF has no float16: such edges are stored as float32 (exactly)."""
+    return array.astype(np.float32) if array.dtype == np.float16 else array
+
+
+def state_writer(state: StateFile, wxstats_version: str) -> Writer:
+    """A writer of ``state`` for :func:`wxstats.io.atomic.write_all`."""
+
+    def write(path: Path) -> None:
+        meta_text = json.dumps(state.meta, sort_keys=True)
+        data: dict[str, tuple[tuple[str, ...], Any, dict[str, Any]]] = {
+            "sums": (("word",), state.sums, {"long_name": "packed exact sums (int64 limbs)"}),
+        }
+        for name in PART_ARRAYS:
+            data[name] = (("part_feature",), getattr(state, name), {})
+        for var, (head, tail) in sorted(state.edges.items()):
+            dims = (f"{var}__grid", f"{var}__feature")
+            for which, array in (("head", head), ("tail", tail)):
+                data[f"{var}__{which}"] = (
+                    (f"{var}__{which}_step", *dims),
+                    _storable(array),
+                    {"dtype": array.dtype.str},
+                )
+        attrs = {
+            "wxstats_state_format": FORMAT_NAME,
+            "wxstats_state_version": np.int32(FORMAT_VERSION),
+            "wxstats_version": wxstats_version,
+            "meta": meta_text,
+            "checksum": _checksum(meta_text, _arrays(state)),
+        }
+        write_netcdf(path, data, {}, attrs)
+
+    return write
+
+
+def _damaged(path: Path, why: str) -> WxstatsError:
+    return WxstatsError(
+        f"{path}: not a usable wxstats state file ({why}); nothing was written. "
+        "Use the state file as written by 'wxstats compute --state', or recompute it"
+    )
+
+
+def read_state_file(path: str | Path) -> StateFile:
+    """The contents of the state file at ``path``; a missing, foreign,
+    newer-versioned, truncated or altered file is refused in one line."""
+    import netCDF4
+
+    path = Path(path)
+    if not path.is_file():
+        raise WxstatsError(f"{path}: no such state file")
+    try:
+        nc = netCDF4.Dataset(path, "r")
+    except OSError as exc:
+        raise _damaged(path, f"truncated or not netCDF: {exc.strerror or exc}") from None
+    try:
+        nc.set_auto_mask(False)
+        attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
+        if attrs.get("wxstats_state_format") != FORMAT_NAME:
+            raise WxstatsError(
+                f"{path}: not a wxstats state file (no wxstats_state_format attribute); "
+                "a state is written by 'wxstats compute --state FILE'"
+            )
+        version = int(attrs.get("wxstats_state_version", -1))
+        if version > FORMAT_VERSION:
+            raise WxstatsError(
+                f"{path}: state format version {version} was written by a newer wxstats "
+                f"({attrs.get('wxstats_version', '?')}); this wxstats reads version "
+                f"{FORMAT_VERSION}: upgrade wxstats"
+            )
+        if version != FORMAT_VERSION:
+            raise _damaged(path, f"unknown state format version {version}")
+        meta_text = str(attrs["meta"])
+        arrays = {name: np.asarray(var[...]) for name, var in nc.variables.items()}
+        edge_dtypes = {
+            name: var.getncattr("dtype")
+            for name, var in nc.variables.items()
+            if "dtype" in var.ncattrs()
+        }
+    except (KeyError, ValueError, RuntimeError, OSError) as exc:
+        raise _damaged(path, f"cannot read it: {exc}") from None
+    finally:
+        nc.close()
+    try:
+        meta = json.loads(meta_text)
+        edges = {}
+        for name in arrays:
+            if name.endswith("__head"):
+                var = name[: -len("__head")]
+                edges[var] = tuple(
+                    arrays[f"{var}__{w}"].astype(np.dtype(edge_dtypes[f"{var}__{w}"]))
+                    for w in ("head", "tail")
+                )
+        state = StateFile(
+            meta=meta,
+            sums=arrays["sums"].astype(np.int64),
+            **{n: arrays[n].astype(np.float64) for n in PART_ARRAYS},
+            edges=edges,
+            wxstats_version=str(attrs.get("wxstats_version", "")),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise _damaged(path, f"missing or malformed content: {exc}") from None
+    if _checksum(meta_text, _arrays(state)) != attrs.get("checksum"):
+        raise _damaged(path, "its checksum does not match: the file was altered or damaged")
+    return state

@@ -1,0 +1,371 @@
+"""Statistics that grow with the data: ``compute --state``, ``update`` and ``merge``.
+
+A full run over a split sums every time step on its own and every difference
+``x[t] - x[t-k]`` at its later time ``t``, then adds the exact sums. Two
+adjacent time ranges therefore give the full run's sums as: the sums of the
+first range, plus those of the second, plus the differences whose earlier
+time is in the first range and later time in the second (the *seam*:
+computed from the first range's last and the second range's first
+``max(diff_steps)`` steps, which every state keeps). With the same shift/scale
+references (those of the earliest range, which a full run takes too) the
+result is the same bytes as the full run.
+
+:func:`combine` joins states in time order (refusing overlaps, gaps unless
+allowed, other data or other references); :class:`Growth` is what a
+``compute`` or ``update`` run does with states: take the references from the
+state, check the new data against it before reading it, and after the
+all-reduce join the new sums to the state's and keep the result to write.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from wxstats import __version__
+from wxstats.core.combine import RunMoments, StreamReference
+from wxstats.core.errors import WxstatsError
+from wxstats.core.kernels import Block
+from wxstats.core.stats import Stats
+from wxstats.io.atomic import Writer, check_writable, write_all
+from wxstats.runtime.engine import blocks_accumulator, references
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.state import (
+    Coverage,
+    State,
+    check_source,
+    coverage_of,
+    identity_of,
+    refuse_mismatch,
+    refuse_other_references,
+)
+from wxstats.sources.base import Source
+
+
+def seam(earlier: State, later: State) -> RunMoments:
+    """The exact sums of the differences whose earlier time is in ``earlier``
+    and later time in ``later`` (adjacent ranges)."""
+    blocks = {}
+    split = earlier.identity["split"]
+    for var, tail in earlier.tail.items():
+        head = later.head[var]
+        n_t, n_h = tail.shape[0], head.shape[0]
+        array = np.concatenate([tail, head.astype(np.result_type(tail, head))])
+        diffs = {}
+        for k in earlier.identity["diff_steps"]:
+            lo, hi = max(n_t, k), min(n_t + k, n_t + n_h)
+            diffs[k] = (lo, hi) if lo < hi else (0, 0)
+        channels = np.arange(array.shape[2], dtype=np.int64)
+        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs)
+    where = f"{later.name}: the differences across the start of {later.coverage.text}"
+    return blocks_accumulator(
+        earlier.specs,
+        blocks,
+        earlier.refs,
+        where=where,
+        skipna=earlier.identity["skipna"],
+        per_step=True,
+    )
+
+
+def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
+    return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
+
+
+def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
+    """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
+    a, b = prev.coverage, nxt.coverage
+    step = a.step if a.step is not None else b.step
+    if a.step is not None and b.step is not None and a.step != b.step:
+        raise WxstatsError(
+            f"{nxt.name}: cannot {verb} {prev.name}: its time step differs "
+            f"({b.delta(b.step)} vs {a.delta(a.step)})"
+        )
+    if b.first <= a.last:
+        raise WxstatsError(
+            f"{nxt.name}: overlaps {prev.name}: {b.text} vs {a.text}; each time step may be "
+            "counted once: give only data after the state's last time"
+        )
+    if step is None or b.first != a.last + step:
+        if not allow_gap:
+            expected = a.label(a.last + step) if step is not None else "the next time step"
+            raise WxstatsError(
+                f"{nxt.name}: leaves a gap after {prev.name}: it starts at {b.label(b.first)}, "
+                f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
+                "differences are counted across it)"
+            )
+        if min(a.n, b.n) < prev.reach:
+            raise WxstatsError(
+                f"{nxt.name}: cannot join across a gap a range shorter than the largest "
+                f"difference step ({prev.reach})"
+            )
+        return False
+    return True
+
+
+def _join_edges(prev: State, nxt: State) -> tuple[dict, dict]:
+    reach = prev.reach
+    head = dict(prev.head)
+    if prev.coverage.n < reach:
+        head = {v: np.concatenate([prev.head[v], nxt.head[v]])[:reach] for v in prev.head}
+    tail = dict(nxt.tail)
+    if nxt.coverage.n < reach:
+        tail = {v: np.concatenate([prev.tail[v], nxt.tail[v]])[-reach:] for v in nxt.tail}
+    return head, tail
+
+
+def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
+    """One state of disjoint ``states`` (any order), as one run over all of them."""
+    first = states[0]
+    for other in states[1:]:
+        refuse_mismatch(first, other.identity, other.name, verb)
+        refuse_other_references(first, other, verb)
+    ordered = sorted(states, key=lambda s: s.coverage.first)
+    total = ordered[0]
+    acc = total.acc.empty_like()
+    acc.merge(total.acc)
+    static = total.static_streams
+    gaps = list(total.attrs.get("gaps", []))
+    for nxt in ordered[1:]:
+        adjacent = check_next(total, nxt, allow_gap, verb)
+        for name in static:
+            if not np.array_equal(
+                np.concatenate(_packed(acc, name)), np.concatenate(_packed(nxt.acc, name))
+            ):
+                raise WxstatsError(
+                    f"{nxt.name}: the static variable {name.split('__')[0]} differs from "
+                    f"{total.name}'s; a static field must be the same in every range"
+                )
+        if adjacent:
+            acc.merge(seam(total, nxt))
+        else:
+            gaps.append(
+                [total.coverage.label(total.coverage.last), nxt.coverage.label(nxt.coverage.first)]
+            )
+        acc.merge(_time_streams(nxt.acc, static))
+        head, tail = _join_edges(total, nxt)
+        a, b = total.coverage, nxt.coverage
+        coverage = Coverage(
+            a.dtype, a.first, b.last, a.n + b.n, a.step if a.step is not None else b.step
+        )
+        total = State(
+            identity=total.identity,
+            specs=total.specs,
+            coverage=coverage,
+            acc=acc,
+            refs=total.refs,
+            reference_origin=total.reference_origin,
+            head=head,
+            tail=tail,
+            datasets=total.datasets + nxt.datasets,
+            attrs={**total.attrs, "gaps": gaps},
+            path=total.path,
+        )
+    return total
+
+
+def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
+    return RunMoments({stream: acc.streams[stream]}).pack()
+
+
+def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
+    """The statistics of a state, attributes saying what it covers."""
+    stats = state.acc.extract(state.specs, state.refs, state.identity["kind"])
+    cov = state.coverage
+    stats.attrs = dict(state.attrs)
+    stats.attrs.pop("gaps", None)
+    split = state.identity["split"]
+    stats.attrs["dataset"] = "; ".join(dict.fromkeys(d[0] for d in state.datasets))
+    stats.attrs["splits"] = f"{split}={cov.label(cov.first)}/{cov.label(cov.last)} ({cov.n} steps)"
+    stats.attrs["skipna"] = int(state.identity["skipna"])
+    stats.attrs["grown_from"] = "; ".join(f"{d[0]}: {d[1]} to {d[2]}" for d in state.datasets)
+    if state.attrs.get("gaps"):
+        stats.attrs["gaps"] = "; ".join(f"{a} to {b}" for a, b in state.attrs["gaps"])
+    if state.reference_origin != cov.label(cov.first):
+        stats.warnings.append(
+            f"the shift/scale references come from {state.reference_origin}, not from the first "
+            f"time {cov.label(cov.first)}: exact sums, but a full run may differ in the last bits"
+        )
+    stats.warnings.extend(warnings or [])
+    return stats
+
+
+def state_of_run(
+    source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool, origin: str
+) -> State:
+    """The state of a finished run over ``source`` (reads its edge time steps)."""
+    split = source.splits[0]
+    coverage = coverage_of(source)
+    reach = max(source.diff_steps)
+    n = min(reach, coverage.n)
+    return State(
+        identity=identity_of(source, skipna),
+        specs=list(source.streams),
+        coverage=coverage,
+        acc=acc,
+        refs=refs,
+        reference_origin=origin,
+        head=source.steps(split.start, split.start + n),
+        tail=source.steps(split.stop - n, split.stop),
+        datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
+        attrs=dict(source.attrs),
+    )
+
+
+@dataclass
+class Growth:
+    """A run's use of states (see module docstring): ``base`` to update,
+    ``reference`` to take the shift/scale from, ``output`` to write."""
+
+    output: Path | None = None
+    base: State | None = None
+    reference: State | None = None
+    allow_gap: bool = False
+    result: State | None = field(default=None, init=False)
+
+    @staticmethod
+    def of(options: Any) -> Growth | None:
+        if options.state is None and options.base_state is None:
+            if options.reference_state is not None:
+                raise WxstatsError("--reference-state needs --state FILE (the state to write)")
+            return None
+        base = State.read(str(options.base_state)) if options.base_state else None
+        ref = State.read(str(options.reference_state)) if options.reference_state else None
+        return Growth(options.state, base, ref, bool(options.allow_gap))
+
+    @property
+    def _from(self) -> State | None:
+        return self.base or self.reference
+
+    def check(self, source: Source, skipna: bool) -> None:
+        """Refuse, before any data is read, what cannot become a state or grow one."""
+        what = "updating a state" if self.base else "--state"
+        check_source(source, what)
+        identity = identity_of(source, skipna)
+        verb = "update" if self.base else "take the references of"
+        if self._from is not None:
+            refuse_mismatch(self._from, identity, source.path, verb)
+        coverage = coverage_of(source)
+        if self.base is not None:
+            preview = State(
+                identity, source.streams, coverage, self.base.acc, {}, "", path=source.path
+            )
+            check_next(self.base, preview, self.allow_gap, "update")
+            if coverage.first < self.base.coverage.first:
+                raise WxstatsError(
+                    f"{source.path}: starts at {coverage.label(coverage.first)}, before "
+                    f"{self.base.name} ({self.base.coverage.text}); update adds later data "
+                    "(merge states to join earlier ranges)"
+                )
+        elif self.reference is None and coverage.n <= max(source.diff_steps):
+            raise WxstatsError(
+                f"{source.path}: {coverage.n} time steps are too few for a state with "
+                f"difference steps up to {max(source.diff_steps)}: its references need "
+                f"{max(source.diff_steps) + 1} steps (or give --reference-state)"
+            )
+
+    def references(self, source: Source) -> dict[str, StreamReference]:
+        return self._from.refs if self._from is not None else references(source)
+
+    def grown(
+        self, source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool
+    ) -> Stats:
+        """The statistics after the run, keeping the state to write."""
+        origin = (
+            self._from.reference_origin
+            if self._from
+            else coverage_of(source).label(coverage_of(source).first)
+        )
+        new = state_of_run(source, acc, refs, skipna, origin)
+        new.path = source.path
+        if self.base is None:
+            self.result = new
+            return acc.extract(source.streams, refs, source.kind)
+        self.result = combine([self.base, new], self.allow_gap, "update")
+        return state_stats(self.result)
+
+    def paths(self) -> list[Path]:
+        return [Path(self.output)] if self.output is not None else []
+
+    def writers(self) -> dict[Path, Writer]:
+        if self.output is None or self.result is None:
+            return {}
+        return {Path(self.output): self.result.writer()}
+
+
+def update_options(base_state: str | Path, dataset: str, **options: Any) -> ComputeOptions:
+    """The ``compute`` options of ``wxstats update``: the state's variables,
+    steps and NaN handling, over every time step of ``dataset`` in the state's
+    split (the checks against the state come in :meth:`Growth.check`)."""
+    from wxstats.runtime.outputs import open_source
+    from wxstats.sources.xarray.timeaxis import fmt_time
+
+    state = State.read(str(base_state))
+    ident = state.identity
+    selection = {
+        "variables": tuple(v["name"] for v in ident["variables"]),
+        "time_dim": ident["time_dim"],
+        "diff_steps": tuple(ident["diff_steps"]),
+        "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
+        "skipna": bool(ident["skipna"]),
+    }
+    probe = open_source(ComputeOptions(dataset=dataset, **selection))
+    try:
+        times = probe.times
+    finally:
+        probe.close()
+    split = f"{ident['split']}={fmt_time(times[0])}/{fmt_time(times[-1])}"
+    return ComputeOptions(
+        dataset=dataset, splits=(split,), base_state=Path(base_state), **selection, **options
+    )
+
+
+def merge_states(
+    paths: list[Path],
+    *,
+    output: Path | None,
+    summary: Path | None = None,
+    state: Path | None = None,
+    overwrite: bool = False,
+    allow_gap: bool = False,
+) -> tuple[Stats, list[Path]]:
+    """``wxstats merge``: the statistics (and state) of disjoint states."""
+    from wxstats.io.formats.netcdf import netcdf_writer
+    from wxstats.io.formats.summary import summary_writer
+
+    started = time.time()
+    planned = [Path(p) for p in (output, summary, state) if p is not None]
+    if len({p.resolve() for p in planned}) != len(planned):
+        raise WxstatsError("merge: --output, --summary and --state must be different files")
+    check_writable(planned, overwrite)
+    states = [State.read(str(p)) for p in paths]
+    seen: set[Path] = set()
+    for p in paths:
+        if Path(p).resolve() in seen:
+            raise WxstatsError(f"{p}: named twice; each state may be merged once")
+        seen.add(Path(p).resolve())
+    total = combine(states, allow_gap)
+    stats = state_stats(total)
+    stats.run = {
+        "wxstats_version": __version__,
+        "command": "merge",
+        "states": [str(p) for p in paths],
+        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+        "seconds": round(time.time() - started, 3),
+        "host": socket.gethostname(),
+    }
+    writers: dict[Path, Writer] = {}
+    if output is not None:
+        writers[Path(output)] = netcdf_writer(stats)
+    if summary is not None:
+        writers[Path(summary)] = summary_writer(stats)
+    if state is not None:
+        writers[Path(state)] = total.writer()
+    write_all(writers, overwrite)
+    return stats, list(writers)

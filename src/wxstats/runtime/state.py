@@ -1,0 +1,326 @@
+"""What a statistics state is of, and when two states may become one.
+
+A :class:`State` is the exact accumulator of one split of a zarr/netCDF
+dataset over a contiguous time range (:class:`Coverage`), with the shift/scale
+references it was summed with, the identity of the data (variables, features,
+units, grid, difference steps, NaN handling) and the first and last
+``max(diff_steps)`` time steps (its *edges*). That is enough to add the data
+of a later range with the same bytes as one run over both: the sums are exact
+integers, every time step is summed on its own (the zarr/netCDF summation
+unit), and the differences across the boundary need only the earlier range's
+tail and the later range's head (:mod:`wxstats.runtime.grow`).
+
+The file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
+given meaning, and mismatches are refused in one line that says what differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from wxstats import __version__
+from wxstats.core.combine import Reference, RunMoments, StreamReference
+from wxstats.core.errors import WxstatsError
+from wxstats.core.stats import StreamLayout, StreamSpec
+from wxstats.io.atomic import Writer
+from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
+from wxstats.sources.base import Source
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The time steps a state covers: ``n`` equally spaced steps from ``first``
+    to ``last`` (datetimes as int64 nanoseconds); ``step`` is None for one step."""
+
+    dtype: str
+    first: int | float
+    last: int | float
+    n: int
+    step: int | float | None
+
+    def label(self, value: int | float) -> str:
+        from wxstats.sources.xarray.timeaxis import fmt_time
+
+        if self.dtype.startswith("datetime64"):
+            return fmt_time(np.datetime64(int(value), "ns"))
+        return fmt_time(np.asarray(value, dtype=self.dtype)[()])
+
+    def delta(self, step: int | float) -> str:
+        from wxstats.sources.xarray.timeaxis import fmt_delta
+
+        if self.dtype.startswith("datetime64"):
+            return fmt_delta(np.timedelta64(int(step), "ns"))
+        return fmt_delta(step)
+
+    @property
+    def text(self) -> str:
+        return f"{self.label(self.first)} to {self.label(self.last)} ({self.n} steps)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step")}
+
+    @staticmethod
+    def of_times(times: np.ndarray, where: str) -> Coverage:
+        if times.dtype.kind == "M":
+            values = times.astype("datetime64[ns]").astype(np.int64)
+            dtype = "datetime64[ns]"
+        elif times.dtype.kind in "iuf":
+            values, dtype = times, times.dtype.str
+        else:
+            raise WxstatsError(
+                f"{where}: a statistics state needs a datetime64 or numeric time axis "
+                f"(this one holds {times.dtype} values, e.g. cftime dates)"
+            )
+        items = [v.item() for v in values]
+        step = items[1] - items[0] if len(items) > 1 else None
+        return Coverage(dtype, items[0], items[-1], len(items), step)
+
+
+def _spec_json(spec: StreamSpec) -> dict[str, Any]:
+    layout = spec.layout
+    assert layout is not None
+    coords = {
+        name: [list(dims), np.asarray(values).tolist(), np.asarray(values).dtype.str]
+        for name, (dims, values) in layout.coords.items()
+    }
+    return {
+        "name": spec.name,
+        "features": list(spec.features),
+        "units": list(spec.units),
+        "diff_steps": list(spec.diff_steps),
+        "long_names": list(spec.long_names),
+        "layout": {
+            "prefix": layout.prefix,
+            "split": layout.split,
+            "feature_dims": list(layout.feature_dims),
+            "feature_shape": list(layout.feature_shape),
+            "coords": coords,
+            "category": layout.category,
+            "unit_attribute": layout.unit_attribute,
+        },
+    }
+
+
+def _spec_of(d: dict[str, Any]) -> StreamSpec:
+    lay = d["layout"]
+    coords = {
+        name: (tuple(dims), np.asarray(values, dtype=np.dtype(dtype)))
+        for name, (dims, values, dtype) in lay["coords"].items()
+    }
+    layout = StreamLayout(
+        prefix=lay["prefix"],
+        split=lay["split"],
+        feature_dims=tuple(lay["feature_dims"]),
+        feature_shape=tuple(lay["feature_shape"]),
+        coords=coords,
+        category=lay["category"],
+        unit_attribute=bool(lay["unit_attribute"]),
+    )
+    return StreamSpec(
+        d["name"],
+        list(d["features"]),
+        list(d["units"]),
+        tuple(d["diff_steps"]),
+        list(d["long_names"]),
+        layout,
+    )
+
+
+def _parts(refs: dict[str, StreamReference]) -> list[Reference]:
+    """References in the order of :meth:`RunMoments.pack` (streams by name,
+    values then differences by step)."""
+    return [
+        r
+        for name in sorted(refs)
+        for r in [refs[name].values] + [refs[name].diffs[k] for k in sorted(refs[name].diffs)]
+    ]
+
+
+@dataclass
+class State:
+    """A statistics state (see module docstring). ``path``: where it was read."""
+
+    identity: dict[str, Any]
+    specs: list[StreamSpec]
+    coverage: Coverage
+    acc: RunMoments
+    refs: dict[str, StreamReference]
+    reference_origin: str
+    head: dict[str, np.ndarray] = field(default_factory=dict)
+    tail: dict[str, np.ndarray] = field(default_factory=dict)
+    datasets: list[list[str]] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def reach(self) -> int:
+        return max(self.identity["diff_steps"])
+
+    @property
+    def static_streams(self) -> list[str]:
+        return [s.name for s in self.specs if not s.diff_steps]
+
+    @property
+    def name(self) -> str:
+        return self.path or "the new data"
+
+    # -- the file ---------------------------------------------------------------
+    def writer(self) -> Writer:
+        ints, minimum, maximum = self.acc.pack()
+        refs = _parts(self.refs)
+        meta = {
+            "identity": self.identity,
+            "coverage": self.coverage.to_json(),
+            "streams": [_spec_json(s) for s in self.specs],
+            "reference_origin": self.reference_origin,
+            "datasets": self.datasets,
+            "attrs": self.attrs,
+        }
+        data = StateFile(
+            meta=meta,
+            sums=ints,
+            minimum=minimum,
+            maximum=maximum,
+            shift=np.concatenate([r.shift for r in refs]),
+            scale=np.concatenate([r.scale for r in refs]),
+            edges={v: (self.head[v], self.tail[v]) for v in self.head},
+        )
+        return state_writer(data, __version__)
+
+    @staticmethod
+    def read(path: str) -> State:
+        data = read_state_file(path)
+        try:
+            meta = data.meta
+            specs = [_spec_of(s) for s in meta["streams"]]
+            acc = RunMoments.create(specs)
+            acc.unpack_like(data.sums, data.minimum, data.maximum)
+            refs, i = {}, 0
+            for spec in sorted(specs, key=lambda s: s.name):
+                n = len(spec.features)
+                parts = []
+                for _ in range(1 + len(spec.diff_steps)):
+                    parts.append(
+                        Reference(data.shift[i : i + n].copy(), data.scale[i : i + n].copy())
+                    )
+                    i += n
+                refs[spec.name] = StreamReference(
+                    parts[0], dict(zip(spec.diff_steps, parts[1:], strict=True))
+                )
+            if i != data.shift.shape[0]:
+                raise ValueError("references do not fit the streams")
+            return State(
+                identity=meta["identity"],
+                specs=specs,
+                coverage=Coverage(**meta["coverage"]),
+                acc=acc,
+                refs=refs,
+                reference_origin=meta["reference_origin"],
+                head={v: e[0] for v, e in data.edges.items()},
+                tail={v: e[1] for v, e in data.edges.items()},
+                datasets=meta["datasets"],
+                attrs=meta["attrs"],
+                path=str(path),
+            )
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            raise WxstatsError(
+                f"{path}: not a usable wxstats state file (its contents do not fit together: "
+                f"{exc}); nothing was written"
+            ) from None
+
+
+# -- what a source is, for a state -----------------------------------------------------
+def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
+    """The identity two states must share to be combined (see module docstring)."""
+    return {
+        "kind": source.kind,
+        "time_dim": source.time_dim,
+        "split": source.splits[0].name,
+        "variables": [
+            {
+                "name": v.name,
+                "features": list(v.features),
+                "units": list(v.units),
+                "has_time": bool(v.has_time),
+                "grid_dims": list(v.grid_dims),
+                "grid_points": int(v.n_grid),
+                "feature_dims": list(v.feature_dims),
+            }
+            for v in source.vars
+        ],
+        "diff_steps": list(source.diff_steps),
+        "skipna": bool(skipna),
+    }
+
+
+def check_source(source: Source, what: str) -> None:
+    """A state is of one split of a zarr/netCDF dataset."""
+    if source.kind != "xarray":
+        raise WxstatsError(
+            f"{source.path if hasattr(source, 'path') else 'dataset'}: {what} is for zarr/netCDF "
+            "datasets (a neural-lam datastore is summed per sample, not per time step)"
+        )
+    if len(source.splits) != 1:
+        names = ", ".join(s.name for s in source.splits)
+        raise WxstatsError(
+            f"{source.path}: {what} keeps one split, this run has {len(source.splits)} ({names}); "
+            "give one --split"
+        )
+
+
+def coverage_of(source: Source) -> Coverage:
+    split = source.splits[0]
+    return Coverage.of_times(source.times[split.start : split.stop], source.path)
+
+
+def describe_mismatch(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two identities, in words (empty: nothing)."""
+    out = []
+    for key, what in (
+        ("kind", "source kind"),
+        ("time_dim", "time dimension"),
+        ("split", "split name"),
+        ("diff_steps", "difference steps"),
+        ("skipna", "--skipna"),
+    ):
+        if a.get(key) != b.get(key):
+            out.append(f"{what} {a.get(key)!r} vs {b.get(key)!r}")
+    va = {v["name"]: v for v in a.get("variables", [])}
+    vb = {v["name"]: v for v in b.get("variables", [])}
+    if set(va) != set(vb):  # the order is the dataset's, and changes nothing
+        out.append(f"variables {', '.join(sorted(va))} vs {', '.join(sorted(vb))}")
+        return out
+    for name, x in va.items():
+        y = vb[name]
+        for key in ("features", "units", "feature_dims", "grid_dims", "grid_points", "has_time"):
+            if x.get(key) != y.get(key):
+                what = "grid" if key.startswith("grid") else key.replace("_", " ")
+                out.append(f"variable {name}: {what} {x.get(key)!r} vs {y.get(key)!r}")
+    return out
+
+
+def refuse_mismatch(
+    first: State, other_identity: dict[str, Any], other_name: str, verb: str
+) -> None:
+    changes = describe_mismatch(first.identity, other_identity)
+    if changes:
+        raise WxstatsError(
+            f"{other_name}: cannot {verb} {first.name}: {'; '.join(changes)} "
+            "(a state grows only with data of the same variables, units, grid and options)"
+        )
+
+
+def refuse_other_references(first: State, other: State, verb: str) -> None:
+    same = all(
+        np.array_equal(a.shift, b.shift) and np.array_equal(a.scale, b.scale)
+        for a, b in zip(_parts(first.refs), _parts(other.refs), strict=True)
+    )
+    if not same:
+        raise WxstatsError(
+            f"{other.name}: cannot {verb} {first.name}: computed with other shift/scale "
+            f"references (from {other.reference_origin}, not {first.reference_origin}); "
+            f"compute it with --reference-state {first.name} to sum on the same scale"
+        )

@@ -1,0 +1,320 @@
+"""Statistics that grow: ``compute --state``, ``update`` and ``merge`` give the same
+bytes as one run over all the data, and refuse what cannot be joined.
+
+The dataset is split into three time ranges (20, 15 and 15 hourly steps, the
+last one a netCDF file); every path through the states is compared value by
+value (float64 bytes) with a full run, and with an independent float64 numpy
+reference.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import netCDF4
+import numpy as np
+import pytest
+import xarray as xr
+from distributed_helpers import env
+from gridded_data import assert_stream_matches, gridded, reference, write_zarr
+
+from wxstats.cli import main
+from wxstats.io.read import read_stats
+
+STEPS = ["--diff-steps", "1,3,6", "--quiet"]
+RANGES = {"a": slice(0, 20), "b": slice(20, 35), "c": slice(35, 50)}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grow")
+    ds, truth = gridded(n_time=50)
+    write_zarr(ds, root / "full.zarr")
+    write_zarr(ds.isel(time=RANGES["a"]), root / "a.zarr", time_chunk=6)
+    write_zarr(ds.isel(time=RANGES["b"]), root / "b.zarr", time_chunk=4)
+    ds.isel(time=RANGES["c"]).to_netcdf(root / "c.nc")
+    assert (
+        main(["compute", str(root / "full.zarr"), "--output", str(root / "full.nc"), *STEPS]) == 0
+    )
+    for name, data in (("a", "a.zarr"), ("b", "b.zarr"), ("c", "c.nc")):
+        extra = [] if name == "a" else ["--reference-state", str(root / "a.wxstate")]
+        args = ["compute", str(root / data), "--state", str(root / f"{name}.wxstate")]
+        out = ["--output", str(root / f"{name}.stats.nc")]
+        assert main([*args, *out, *extra, *STEPS]) == 0
+    return root, truth
+
+
+def values(path) -> dict[str, bytes]:
+    """Every statistic of a file, as float64 bytes (attributes left out: they
+    name the datasets and the run)."""
+    with xr.open_dataset(path) as ds:
+        return {name: ds[name].values.tobytes() for name in sorted(ds.data_vars)}
+
+
+def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
+    root, truth = data
+    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.wxstate"
+    assert (
+        main(
+            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
+        )
+        == 0
+    )
+    assert main(["update", str(ab), str(root / "c.nc"), "--state", str(abc), "--quiet"]) == 0
+    assert values(tmp_path / "abc.stats.nc") == values(root / "full.nc")
+    stats = read_stats(tmp_path / "abc.stats.nc")
+    for var in ("t2m", "z", "msl"):
+        assert_stream_matches(
+            stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
+        )
+    # the grown state merges like any other
+    out = tmp_path / "again.nc"
+    assert main(["merge", str(abc), "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+
+
+@pytest.mark.parametrize("order", ["cab", "bca", "acb"])
+def test_merge_in_any_order_is_the_full_run(data, tmp_path, order):
+    root, _ = data
+    out = tmp_path / "m.nc"
+    states = [str(root / f"{name}.wxstate") for name in order]
+    assert main(["merge", *states, "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+
+
+def test_merge_of_merged_and_updated_states(data, tmp_path):
+    root, _ = data
+    bc, ab = tmp_path / "bc.wxstate", tmp_path / "ab.wxstate"
+    assert (
+        main(
+            [
+                "merge",
+                str(root / "c.wxstate"),
+                str(root / "b.wxstate"),
+                "--state",
+                str(bc),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "m.nc"
+    assert main(["merge", str(bc), str(root / "a.wxstate"), "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+    assert (
+        main(
+            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "merge",
+                str(root / "c.wxstate"),
+                str(ab),
+                "--output",
+                str(out),
+                "--overwrite",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert values(out) == values(root / "full.nc")
+
+
+def test_first_range_alone_matches_its_reference(data):
+    root, truth = data
+    stats = read_stats(root / "a.stats.nc")
+    for var in ("t2m", "z", "msl"):
+        assert_stream_matches(
+            stats.streams[f"{var}__train"], reference(truth[var], 0, 20, (1, 3, 6))
+        )
+
+
+def test_update_with_two_processes(data, tmp_path, monkeypatch):
+    root, _ = data
+    monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
+    ab = tmp_path / "ab.wxstate"
+    assert (
+        main(
+            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
+        )
+        == 0
+    )
+    out = tmp_path / "two.nc"
+    args = ["update", str(ab), str(root / "c.nc"), "--output", str(out), "--nproc", "2", "--quiet"]
+    assert main(args) == 0
+    assert values(out) == values(root / "full.nc")
+
+
+# -- refused, one line, nothing written ------------------------------------------------
+def _refused(capsys, tmp_path, args, *words):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wxstats: error: "), err
+    for word in words:
+        assert word in err[0], err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    return err[0]
+
+
+def _update(root, tmp_path, base, data, *more):
+    state = str(tmp_path / "new.wxstate")
+    return [
+        "update",
+        str(base),
+        str(data),
+        "--state",
+        state,
+        "--output",
+        str(tmp_path / "o.nc"),
+        *more,
+    ]
+
+
+def test_update_refuses_overlap(data, tmp_path, capsys):
+    root, _ = data
+    args = _update(root, tmp_path, root / "a.wxstate", root / "full.zarr")
+    _refused(capsys, tmp_path, args, "full.zarr", "overlaps", "a.wxstate")
+
+
+def test_update_refuses_a_gap_unless_allowed(data, tmp_path, capsys):
+    root, truth = data
+    args = _update(root, tmp_path, root / "a.wxstate", root / "c.nc")
+    _refused(capsys, tmp_path, args, "c.nc", "gap", "2021-01-01T20:00:00", "--allow-gap")
+    assert main([*args, "--allow-gap", "--quiet"]) == 0
+    stats = read_stats(tmp_path / "o.nc")
+    both = np.concatenate([truth["t2m"][:20], truth["t2m"][35:]])
+    ref = reference(both, 0, 35, ())
+    np.testing.assert_allclose(stats.streams["t2m__train"].mean, ref["mean"], rtol=1e-12)
+    with xr.open_dataset(tmp_path / "o.nc") as ds:
+        assert "2021-01-01T19:00:00 to 2021-01-02T11:00:00" in ds.attrs["source_gaps"]
+
+
+def test_update_refuses_other_variables_or_units(data, tmp_path, capsys):
+    root, _ = data
+    ds = xr.open_dataset(root / "c.nc")
+    other = tmp_path / "units.nc"
+    changed = ds.copy()
+    changed["t2m"].attrs["units"] = "degC"
+    changed.to_netcdf(other)
+    base = root / "ab.wxstate"
+    assert (
+        main(
+            [
+                "update",
+                str(root / "a.wxstate"),
+                str(root / "b.zarr"),
+                "--state",
+                str(base),
+                "--quiet",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
+    _refused(
+        capsys, tmp_path, _update(root, tmp_path, base, other), "units.nc", "t2m", "units", "degC"
+    )
+    fewer = tmp_path / "fewer.nc"
+    ds.drop_vars("msl").to_netcdf(fewer)
+    _refused(capsys, tmp_path, _update(root, tmp_path, base, fewer), "msl")
+    ds.close()
+
+
+def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
+    root, _ = data
+    own = tmp_path / "b-own.wxstate"
+    assert (
+        main(
+            [
+                "compute",
+                str(root / "b.zarr"),
+                "--state",
+                str(own),
+                "--output",
+                str(tmp_path / "b.nc"),
+                *STEPS,
+            ]
+        )
+        == 0
+    )
+    args = ["merge", str(root / "a.wxstate"), str(own), "--output", str(tmp_path / "m.nc")]
+    _refused(capsys, tmp_path, args, "b-own.wxstate", "references", "--reference-state")
+    args = [
+        "merge",
+        str(root / "a.wxstate"),
+        str(root / "b.wxstate"),
+        str(root / "b.wxstate"),
+        "--output",
+        str(tmp_path / "m.nc"),
+    ]
+    _refused(capsys, tmp_path, args, "b.wxstate", "named twice")
+    ab = tmp_path / "ab.wxstate"
+    assert (
+        main(
+            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
+        )
+        == 0
+    )
+    args = ["merge", str(ab), str(root / "b.wxstate"), "--output", str(tmp_path / "m.nc")]
+    _refused(capsys, tmp_path, args, "b.wxstate", "overlaps", "ab.wxstate")
+
+
+def test_newer_format_version_is_refused(data, tmp_path, capsys):
+    root, _ = data
+    newer = tmp_path / "newer.wxstate"
+    shutil.copy(root / "a.wxstate", newer)
+    with netCDF4.Dataset(newer, "a") as nc:
+        nc.setncattr("wxstats_state_version", np.int32(2))
+    _refused(
+        capsys,
+        tmp_path,
+        _update(root, tmp_path, newer, root / "b.zarr"),
+        "newer.wxstate",
+        "version 2",
+        "newer wxstats",
+    )
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.98])
+def test_truncated_or_altered_state_is_refused(data, tmp_path, capsys, cut):
+    root, _ = data
+    bad = tmp_path / "bad.wxstate"
+    raw = (root / "a.wxstate").read_bytes()
+    bad.write_bytes(raw[: int(len(raw) * cut)])
+    _refused(
+        capsys,
+        tmp_path,
+        _update(root, tmp_path, bad, root / "b.zarr"),
+        "bad.wxstate",
+        "not a usable wxstats state",
+    )
+
+
+def test_altered_sums_are_refused(data, tmp_path, capsys):
+    root, _ = data
+    bad = tmp_path / "bad.wxstate"
+    shutil.copy(root / "a.wxstate", bad)
+    with netCDF4.Dataset(bad, "a") as nc:
+        nc["sums"][0] = nc["sums"][0] + 1
+    _refused(
+        capsys,
+        tmp_path,
+        ["merge", str(bad), str(root / "b.wxstate"), "--output", str(tmp_path / "m.nc")],
+        "bad.wxstate",
+        "checksum",
+    )
+
+
+def test_state_refuses_several_splits_and_short_ranges(data, tmp_path, capsys):
+    root, _ = data
+    two = ["--split", "x=2021-01-01T00/2021-01-01T09", "--split", "y=2021-01-01T10/2021-01-01T19"]
+    args = ["compute", str(root / "a.zarr"), "--state", str(tmp_path / "s.wxstate"), *two, *STEPS]
+    _refused(capsys, tmp_path, args, "one split", "--split")
+    short = ["--split", "x=2021-01-01T00/2021-01-01T05"]
+    args = ["compute", str(root / "a.zarr"), "--state", str(tmp_path / "s.wxstate"), *short, *STEPS]
+    _refused(capsys, tmp_path, args, "6 time steps", "--reference-state")
