@@ -318,3 +318,39 @@ def test_state_refuses_several_splits_and_short_ranges(data, tmp_path, capsys):
     short = ["--split", "x=2021-01-01T00/2021-01-01T05"]
     args = ["compute", str(root / "a.zarr"), "--state", str(tmp_path / "s.wxstate"), *short, *STEPS]
     _refused(capsys, tmp_path, args, "6 time steps", "--reference-state")
+
+
+def test_static_field_counted_once_and_checked(data, tmp_path, capsys):
+    """A static field (no time) is the same in every range: kept once, and a
+    range whose static field differs is refused."""
+    root, _ = data
+    pick = ["--variables", "t2m,orog", "--quiet"]
+    full, a = tmp_path / "full.nc", tmp_path / "a.wxstate"
+    assert main(["compute", str(root / "full.zarr"), "--output", str(full), *pick]) == 0
+    assert (
+        main(
+            [
+                "compute",
+                str(root / "a.zarr"),
+                "--state",
+                str(a),
+                "--output",
+                str(tmp_path / "a.nc"),
+                *pick,
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "ab.nc"
+    assert main(["update", str(a), str(root / "b.zarr"), "--output", str(out), "--quiet"]) == 0
+    with xr.open_dataset(full) as f, xr.open_dataset(out) as g:
+        assert "orog__train__mean" in f
+        full_part = {n: f[n].values.tobytes() for n in f.data_vars if n.startswith("orog")}
+        assert full_part == {n: g[n].values.tobytes() for n in g.data_vars if n.startswith("orog")}
+    other = tmp_path / "b2.zarr"
+    with xr.open_zarr(root / "b.zarr", consolidated=False) as ds:
+        changed = ds.load()
+    changed["orog"] = changed["orog"] + 1.0
+    write_zarr(changed, other)
+    args = ["update", str(a), str(other), "--output", str(tmp_path / "x.nc")]
+    _refused(capsys, tmp_path, args, "b2.zarr", "static variable orog")

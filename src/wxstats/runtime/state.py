@@ -79,12 +79,18 @@ class Coverage:
         return Coverage(dtype, items[0], items[-1], len(items), step)
 
 
+def _plain(value: Any) -> Any:
+    """A coordinate attribute as JSON takes it."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
 def _spec_json(spec: StreamSpec) -> dict[str, Any]:
     layout = spec.layout
     assert layout is not None
     coords = {
-        name: [list(dims), np.asarray(values).tolist(), np.asarray(values).dtype.str]
-        for name, (dims, values) in layout.coords.items()
+        name: [list(c[0]), np.asarray(c[1]).tolist(), np.asarray(c[1]).dtype.str]
+        + ([{k: _plain(v) for k, v in c[2].items()}] if len(c) > 2 else [])
+        for name, c in layout.coords.items()
     }
     return {
         "name": spec.name,
@@ -107,8 +113,8 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
 def _spec_of(d: dict[str, Any]) -> StreamSpec:
     lay = d["layout"]
     coords = {
-        name: (tuple(dims), np.asarray(values, dtype=np.dtype(dtype)))
-        for name, (dims, values, dtype) in lay["coords"].items()
+        name: (tuple(c[0]), np.asarray(c[1], dtype=np.dtype(c[2])), *c[3:])
+        for name, c in lay["coords"].items()
     }
     layout = StreamLayout(
         prefix=lay["prefix"],
