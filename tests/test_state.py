@@ -354,3 +354,85 @@ def test_static_field_counted_once_and_checked(data, tmp_path, capsys):
     write_zarr(changed, other)
     args = ["update", str(a), str(other), "--output", str(tmp_path / "x.nc")]
     _refused(capsys, tmp_path, args, "b2.zarr", "static variable orog")
+
+
+def test_ranges_shorter_than_the_largest_step(data, tmp_path):
+    """Ranges of 2 and 3 steps (the largest difference step is 6): differences
+    reach across a whole range into the one before it, and are still counted
+    once, by update and by merge."""
+    root, _ = data
+    full = xr.open_zarr(root / "full.zarr", consolidated=False).load()
+    cuts = {"p": slice(20, 22), "q": slice(22, 25), "r": slice(25, 50)}
+    ref = ["--reference-state", str(root / "a.wxstate")]
+    for name, cut in cuts.items():
+        write_zarr(full.isel(time=cut), tmp_path / f"{name}.zarr")
+        state = ["--state", str(tmp_path / f"{name}.wxstate")]
+        out = ["--output", str(tmp_path / f"{name}.nc")]
+        assert main(["compute", str(tmp_path / f"{name}.zarr"), *state, *out, *ref, *STEPS]) == 0
+    out = tmp_path / "m.nc"
+    states = [str(tmp_path / f"{n}.wxstate") for n in ("r", "q", "p")]
+    assert main(["merge", *states, str(root / "a.wxstate"), "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+    grown = root / "a.wxstate"
+    for name in cuts:
+        nxt = tmp_path / f"up-{name}.wxstate"
+        assert (
+            main(
+                [
+                    "update",
+                    str(grown),
+                    str(tmp_path / f"{name}.zarr"),
+                    "--state",
+                    str(nxt),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+        grown = nxt
+    assert values(tmp_path / "up-r.stats.nc") == values(root / "full.nc")
+
+
+def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path, capsys):
+    root, _ = data
+    args = ["compute", str(root / "b.zarr"), "--reference-state", str(root / "a.wxstate")]
+    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "--state")
+    args = ["compute", str(meps_small), "--state", str(tmp_path / "m.wxstate"), "--quiet"]
+    _refused(capsys, tmp_path, [*args, "--output-dir", str(tmp_path / "o")], "zarr/netCDF")
+
+
+def test_checkpoint_remembers_the_reference_state(data, tmp_path, capsys):
+    """Resuming with another state's references would mix sums on two scales."""
+    root, _ = data
+    own = tmp_path / "own.wxstate"
+    assert (
+        main(
+            [
+                "compute",
+                str(root / "b.zarr"),
+                "--state",
+                str(own),
+                "--output",
+                str(tmp_path / "own.nc"),
+                *STEPS,
+            ]
+        )
+        == 0
+    )
+    ck = tmp_path / "ck"
+    run = [
+        "compute",
+        str(root / "b.zarr"),
+        "--state",
+        str(tmp_path / "s.wxstate"),
+        "--checkpoint",
+        str(ck),
+    ]
+    run += ["--output", str(tmp_path / "s.nc"), *STEPS]
+    assert main([*run, "--reference-state", str(root / "a.wxstate")]) == 0
+    again = [*run, "--resume", "--overwrite", "--reference-state", str(own)]
+    assert main(again) == 2
+    assert "option references" in capsys.readouterr().err
+    resumed = [*run, "--resume", "--overwrite", "--reference-state", str(root / "a.wxstate")]
+    assert main(resumed) == 0
+    assert values(tmp_path / "s.nc") == values(root / "b.stats.nc")

@@ -272,6 +272,8 @@ class Resumable:
         self.interval = float(interval)
         self.clock = clock
         self.done_before = 0
+        self.references: str | None = None
+        """The shift/scale references when a state gives them (``--reference-state``)."""
         self.started = False  # the folder holds a checkpoint of this run
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
@@ -280,6 +282,12 @@ class Resumable:
         self._last_save = 0.0
         self._signal: int | None = None
         self._finished = False
+
+    def _fingerprint(self, source: Source, skipna: bool) -> dict[str, Any]:
+        out = fingerprint(source, skipna)
+        if self.references is not None:  # taken from a state: part of what the sums are
+            out["options"]["references"] = self.references
+        return out
 
     def start(
         self, source: Source, *, skipna: bool, world: World | None = None
@@ -291,7 +299,7 @@ class Resumable:
         rank = world.rank
         # only rank 0 checks the manifest: the others need not stat every chunk
         self._checkpoint = Checkpoint(
-            self.directory, fingerprint(source, skipna) if rank == 0 else {}
+            self.directory, self._fingerprint(source, skipna) if rank == 0 else {}
         )
         carried: RunMoments | None = None
         payload = b""

@@ -19,6 +19,7 @@ all-reduce join the new sums to the state's and keep the result to write.
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from wxstats.runtime.state import (
     check_source,
     coverage_of,
     identity_of,
+    reference_parts,
     refuse_mismatch,
     refuse_other_references,
 )
@@ -242,6 +244,14 @@ class Growth:
     @property
     def _from(self) -> State | None:
         return self.base or self.reference
+
+    def reference_key(self) -> str | None:
+        """What the references taken from a state are, for a checkpoint's
+        fingerprint (resuming with another state's references is refused)."""
+        if self._from is None:
+            return None
+        parts = [x for r in reference_parts(self._from.refs) for x in (r.shift, r.scale)]
+        return hashlib.sha256(b"".join(a.tobytes() for a in parts)).hexdigest()[:16]
 
     def check(self, source: Source, skipna: bool) -> None:
         """Refuse, before any data is read, what cannot become a state or grow one."""

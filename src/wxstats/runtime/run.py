@@ -166,6 +166,8 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     try:
         checkpoint = resumable(options)
         growth = Growth.of(options)
+        if checkpoint is not None and growth is not None:
+            checkpoint.references = growth.reference_key()
     except WxstatsError as exc:
         _say(f"error: {exc}")
         return Outcome(2)

@@ -135,7 +135,7 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
     )
 
 
-def _parts(refs: dict[str, StreamReference]) -> list[Reference]:
+def reference_parts(refs: dict[str, StreamReference]) -> list[Reference]:
     """References in the order of :meth:`RunMoments.pack` (streams by name,
     values then differences by step)."""
     return [
@@ -176,7 +176,7 @@ class State:
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
         ints, minimum, maximum = self.acc.pack()
-        refs = _parts(self.refs)
+        refs = reference_parts(self.refs)
         meta = {
             "identity": self.identity,
             "coverage": self.coverage.to_json(),
@@ -322,7 +322,7 @@ def refuse_mismatch(
 def refuse_other_references(first: State, other: State, verb: str) -> None:
     same = all(
         np.array_equal(a.shift, b.shift) and np.array_equal(a.scale, b.scale)
-        for a, b in zip(_parts(first.refs), _parts(other.refs), strict=True)
+        for a, b in zip(reference_parts(first.refs), reference_parts(other.refs), strict=True)
     )
     if not same:
         raise WxstatsError(
