@@ -13,6 +13,7 @@ from distributed_helpers import env
 
 from wxstats.core.errors import WxstatsError
 from wxstats.io import atomic
+from wxstats.io.formats.neurallam import NEURALLAM_FILES
 
 
 def _text(value: str):
@@ -89,3 +90,83 @@ def test_current_umask_does_not_change_it():
         assert atomic.current_umask() == 0o027
     finally:
         os.umask(before)
+
+
+# -- a set of files: all new or all previous ---------------------------------------------------
+
+SET = [*NEURALLAM_FILES, "wxstats_stats.nc"]  # what a MEPS run writes into static/
+
+
+def _old_set(folder):
+    folder.mkdir(exist_ok=True)
+    for name in SET:
+        (folder / name).write_text(f"old {name}")
+    return {name: f"old {name}" for name in SET}
+
+
+def _contents(folder):
+    return {p.name: p.read_text() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("previous", [True, False])
+def test_a_failed_rename_puts_the_previous_set_back(tmp_path, monkeypatch, previous):
+    static = tmp_path / "static"
+    static.mkdir()
+    before = _old_set(static) if previous else {}
+    real, renamed = os.replace, []
+
+    def failing(src, dst):
+        if os.path.basename(dst) in SET and str(src).endswith(".tmp"):  # a new file moving in
+            if len(renamed) == 2:
+                raise OSError(5, "Input/output error")
+            renamed.append(dst)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing)
+    outputs = {static / name: _text(f"new {name}") for name in SET}
+    with pytest.raises(WxstatsError, match="nothing was replaced.*Input/output error"):
+        atomic.write_all(outputs, overwrite=True)
+    assert len(renamed) == 2  # two new files were in place when the third failed
+    assert _contents(static) == before  # and no temporary file, link or journal is left
+
+
+_KILLER = """
+import os, signal, sys
+from pathlib import Path
+from wxstats.io import atomic
+from wxstats.io.formats.neurallam import NEURALLAM_FILES
+static, after = Path(sys.argv[1]), int(sys.argv[2])
+real, moved = os.replace, []
+def replace(src, dst):
+    real(src, dst)
+    if Path(dst).parent == static and not Path(dst).name.startswith("."):
+        moved.append(dst)
+        if len(moved) == after:
+            os.kill(os.getpid(), signal.SIGKILL)
+atomic.os.replace = replace
+names = sys.argv[3:]
+atomic.write_all({static / n: (lambda p, n=n: p.write_text("new " + n)) for n in names}, True)
+"""
+
+
+@pytest.mark.parametrize("killed_after", [1, 4, 7])
+def test_a_writer_killed_between_renames_leaves_a_set_that_is_put_right(tmp_path, killed_after):
+    from wxstats.core.errors import InputError
+    from wxstats.io.read import read_stats
+
+    static = tmp_path / "static"
+    old = _old_set(static)
+    new = {name: f"new {name}" for name in SET}
+    cmd = [sys.executable, "-c", _KILLER, str(static), str(killed_after), *SET]
+    done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    on_disk = {n: (static / n).read_text() for n in SET}
+    assert sum(on_disk[n] == new[n] for n in SET) == killed_after  # killed half-way: a mix
+    # wxstats' readers refuse the folder, naming what happened
+    with pytest.raises(InputError, match="write of these files was interrupted"):
+        read_stats(static)
+    # the next write there (here: its up-front check) finishes the job first
+    expected = new if killed_after == len(SET) else old
+    with pytest.warns(UserWarning, match="interrupted between renames"):
+        atomic.check_writable([static / n for n in SET], overwrite=True)
+    assert _contents(static) == expected  # every file of one set, nothing else left

@@ -4,6 +4,19 @@ final folder, flushed to disk, and renamed only when all of them are ready.
 A crash or a failed write leaves earlier results untouched and no half-written
 file behind; an existing result is replaced only when the caller allows it.
 
+A set of several files (neural-lam's ``parameter_*.pt``, ``diff_*.pt``...) is
+renamed one file at a time, so a set needs more than renames to be all or
+nothing. Before the first rename every file being replaced gets a hard link
+(``.NAME.wxstats-old``) and each folder a journal
+(``.wxstats-replacing-*.json``) naming the set; both go once all are in
+place. A rename that fails puts the previous set back at once. A process
+killed between two renames leaves the journal: the next write into that
+folder (:func:`recover_interrupted`, from :func:`check_writable`) keeps the
+new set if every file had been moved, and otherwise puts the previous one
+back; readers of wxstats (:func:`interrupted_write`) refuse the folder until
+then. Programs that do not know the journal (neural-lam) may see a mixed set
+in that window.
+
 File modes are what a user of a shared cluster expects: a new file gets
 ``0666 & ~umask`` (``mkstemp`` alone would make every output 0600, unreadable to
 the colleagues whose training jobs load a group-shared ``static/``), and a file
@@ -12,9 +25,13 @@ being replaced keeps its own mode.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import stat
 import tempfile
+import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +44,9 @@ Writer = Callable[[Path], None]
 def check_writable(paths: list[Path], overwrite: bool) -> None:
     """Fail before any work if an output exists (without ``overwrite``) or its
     folder cannot be created or written."""
+    if len(paths) > 1:
+        for folder in sorted({p.parent for p in paths}):
+            recover_interrupted(folder)
     existing = [str(p) for p in paths if p.exists()]
     if existing and not overwrite:
         raise WxstatsError(
@@ -90,10 +110,106 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+JOURNAL_GLOB = ".wxstats-replacing-*.json"
+Entry = tuple[Path, Path, Path | None]
+"""(final path, its temporary file, the hard link keeping the file it replaces)."""
+
+
+def _backup(final: Path) -> Path | None:
+    """A hard link (a copy where links fail) to the file ``final`` replaces."""
+    if not final.exists():
+        return None
+    backup = final.with_name(f".{final.name}.wxstats-old")
+    backup.unlink(missing_ok=True)
+    try:
+        os.link(final, backup)
+    except OSError:
+        shutil.copy2(final, backup)
+    return backup
+
+
+def _write_journals(entries: list[Entry], written: list[Path]) -> None:
+    """One journal per folder of the set, each naming the whole set; durable
+    before the first rename. ``written`` gets each as it is made (to remove)."""
+    tag = uuid.uuid4().hex
+    folders = sorted({final.parent for final, _, _ in entries})
+    journals = [folder / f".wxstats-replacing-{tag}.json" for folder in folders]
+    text = json.dumps(
+        {
+            "files": [[str(f), str(t), str(b) if b else None] for f, t, b in entries],
+            "journals": [str(j) for j in journals],
+        },
+        indent=1,
+    )
+    for journal in journals:
+        temp = journal.with_name(f"{journal.name}.tmp")
+        try:
+            temp.write_text(text)
+            fsync_file(temp)
+            os.replace(temp, journal)
+        finally:
+            temp.unlink(missing_ok=True)
+        written.append(journal)
+        _fsync_dir(journal.parent)
+
+
+def _put_back(moved: list[Entry]) -> None:
+    """Undo renames: the previous file back from its link, a new file removed."""
+    for final, _, backup in reversed(moved):
+        if backup is not None:
+            os.replace(backup, final)
+        else:
+            final.unlink(missing_ok=True)
+
+
+def recover_interrupted(folder: Path) -> None:
+    """Finish a replacement of a set that a killed process left (see module
+    docstring): the new set if every file was moved, else the previous one."""
+    for journal in sorted(folder.glob(JOURNAL_GLOB)) if folder.is_dir() else []:
+        try:
+            doc = json.loads(journal.read_text())
+            entries = [(Path(f), Path(t), Path(b) if b else None) for f, t, b in doc["files"]]
+            journals = [Path(j) for j in doc["journals"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise WxstatsError(
+                f"{journal}: unreadable journal of an interrupted write; check the files of "
+                "that folder and remove it"
+            ) from None
+        complete = not any(temp.exists() for _, temp, _ in entries)
+        if not complete:
+            _put_back([e for e in entries if not e[1].exists()])
+        for _, temp, backup in entries:
+            temp.unlink(missing_ok=True)
+            if backup is not None:
+                backup.unlink(missing_ok=True)
+        for other in journals:
+            other.unlink(missing_ok=True)
+        names = ", ".join(final.name for final, _, _ in entries)
+        warnings.warn(
+            f"{folder}: an earlier write of {names} was interrupted between renames; "
+            + (
+                "all new files were in place and are kept"
+                if complete
+                else "put the previous files back"
+            ),
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+def interrupted_write(folder: Path) -> Path | None:
+    """The journal of an interrupted replacement in ``folder``, if any: its
+    files may be a mix of the new set and the previous one."""
+    return next(iter(sorted(folder.glob(JOURNAL_GLOB))), None) if folder.is_dir() else None
+
+
 def write_all(outputs: dict[Path, Writer], overwrite: bool) -> None:
     """Write every output atomically, or none of them (see module docstring)."""
     check_writable(list(outputs), overwrite)
     temps: dict[Path, Path] = {}
+    entries: list[Entry] = []
+    journals: list[Path] = []
+    moved: list[Entry] = []
     try:
         for final, writer in outputs.items():
             fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
@@ -103,13 +219,34 @@ def write_all(outputs: dict[Path, Writer], overwrite: bool) -> None:
             writer(temp)
             os.chmod(temp, output_mode(final))  # after the writer: it may recreate the file
             fsync_file(temp)
-        for final, temp in temps.items():
-            os.replace(temp, final)
+        several = len(temps) > 1
+        for final, temp in temps.items():  # a loop: links made before a failure are removed
+            entries.append((final, temp, _backup(final) if several else None))
+        if several:
+            _write_journals(entries, journals)
+        for entry in entries:
+            os.replace(entry[1], entry[0])
+            moved.append(entry)
         for folder in {p.parent for p in outputs}:
             _fsync_dir(folder)
-    except OSError as exc:
-        raise WxstatsError(f"writing outputs failed, nothing was replaced: {exc}") from None
+    except BaseException as exc:
+        try:
+            _put_back(moved)
+        except OSError:  # everything stays for the next write to put the set back
+            entries, journals, temps = [], [], {}
+            raise WxstatsError(
+                f"writing outputs failed and putting the previous files back failed too: "
+                f"{exc}; the next wxstats write into {moved[0][0].parent} restores them"
+            ) from None
+        if isinstance(exc, OSError):
+            raise WxstatsError(f"writing outputs failed, nothing was replaced: {exc}") from None
+        raise
     finally:
+        for journal in journals:  # first: a stray link without a journal is harmless
+            journal.unlink(missing_ok=True)
+        for _, temp, backup in entries:
+            temp.unlink(missing_ok=True)
+            if backup is not None:
+                backup.unlink(missing_ok=True)
         for temp in temps.values():
-            if temp.exists():
-                temp.unlink()
+            temp.unlink(missing_ok=True)

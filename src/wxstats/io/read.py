@@ -17,6 +17,7 @@ from pathlib import Path
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats
+from wxstats.io.atomic import interrupted_write
 from wxstats.io.formats.netcdf import read_stats_file
 from wxstats.io.formats.neurallam import is_neurallam_static, read_neurallam_static
 from wxstats.io.formats.summary import read_summary
@@ -41,6 +42,15 @@ def read_stats(path: str | Path, split: str | None = None) -> Stats:
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
+    folder = path if path.is_dir() else path.parent
+    for where in (folder, folder / "static"):
+        journal = interrupted_write(where)
+        if journal is not None:
+            raise InputError(
+                f"{where}: a wxstats write of these files was interrupted ({journal.name}), "
+                "they may be a mix of new and previous ones; rerun the wxstats command that "
+                "writes them (it first puts a consistent set back)"
+            )
     if path.is_dir():
         if _is_zarr(path):
             return read_stats_file(path, split, engine="zarr")
