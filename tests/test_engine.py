@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reference import assert_close
@@ -102,6 +102,11 @@ def _run(source, world, skipna=False, reverse=False):
     dtype=st.sampled_from([np.float32, np.float64]),
     seed=st.integers(0, 2**32 - 1),
 )
+# CI found it: a feature whose first pair is NaN, then a single pair (std exactly 0)
+@example(
+    n_samples=1, t=4, g=1, f=2, offset=0.0, spread=1.0, nan_fraction=0.05, world=1,
+    dtype=np.float64, seed=33,
+)  # fmt: skip
 def test_random_data_matches_reference_for_any_world_size(
     n_samples, t, g, f, offset, spread, nan_fraction, world, dtype, seed
 ):
@@ -300,3 +305,19 @@ def test_ctrl_c_once_or_twice_ends_the_command_quietly(tmp_path, signals):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
     assert not (tmp_path / "out" / "parameter_mean.pt").exists()
+
+
+def test_a_feature_missing_at_the_first_step_takes_its_reference_later():
+    """Feature 1 is NaN at the first step (and so in the first pair) and then
+    constant far from 0: its std and diff std are exactly 0, as a reference
+    taken from its first finite values gives (a shift of 0 left ~1e-5 here)."""
+    x = np.empty((6, 3, 2))
+    x[..., 0] = np.arange(18.0).reshape(6, 3)
+    x[..., 1] = 1234.5679  # fl(x * x) > x * x: a shift of 0 leaves a positive variance
+    x[0, :, 1] = np.nan
+    source = ArraySource([x], (1,))
+    stats = _run(source, 1, skipna=True)
+    assert stats.state.count[1] == 15 and stats.state.mean[1] == 1234.5679
+    assert stats.state.std[1] == 0.0
+    assert stats.state.diff[1].count[1] == 12 and stats.state.diff[1].std[1] == 0.0
+    assert_close(stats.state.std[0], np.arange(18.0).std(), 1e-15, "std of feature 0")

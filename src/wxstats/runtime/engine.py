@@ -23,26 +23,50 @@ from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
 
-def _first_pair(block: Block, lag: int) -> np.ndarray:
-    start = max(block.diff_ranges[lag][0], lag)
-    if start >= min(block.diff_ranges[lag][1], block.array.shape[0]):
-        return np.zeros((1, len(block.channels)))
-    later = np.asarray(block.array[start][:, block.channels], dtype=np.float64)
-    earlier = np.asarray(block.array[start - lag][:, block.channels], dtype=np.float64)
-    return later - earlier
+def _pairs(block: Block, lag: int):
+    """The differences ``x[t] - x[t-lag]`` of the block, one step at a time."""
+    lo, hi = block.diff_ranges[lag]
+    for t in range(max(lo, lag), min(hi, block.array.shape[0])):
+        later = np.asarray(block.array[t][:, block.channels], dtype=np.float64)
+        yield later - np.asarray(block.array[t - lag][:, block.channels], dtype=np.float64)
+
+
+def _values(block: Block):
+    for t in range(*block.value_range):
+        yield np.asarray(block.array[t][:, block.channels])
+
+
+def _reference(rows, n_features: int) -> Reference:
+    """The reference of the first row, a feature without any finite value there
+    taking it from the first later row that has one: a shift of 0 far from the
+    data would leave ``sqrt(eps)`` of spurious spread in a constant series."""
+    ref, missing = None, np.ones(n_features, dtype=bool)
+    for row in rows:
+        here = Reference.from_values(row)
+        if ref is None:
+            ref = here
+        else:
+            ref.shift[missing], ref.scale[missing] = here.shift[missing], here.scale[missing]
+        missing &= ~np.isfinite(row).any(axis=0)
+        if not missing.any():
+            break
+    if ref is None:
+        return Reference(np.zeros(n_features), np.ones(n_features))
+    return ref
 
 
 def references(source: Source) -> dict[str, StreamReference]:
-    """Shifts and scales from the first time step of each stream's reference
-    block: the same on every rank, in every run over the same data."""
+    """Shifts and scales from the first time step (the first pair, for each
+    difference step) of each stream's reference block: the same on every rank,
+    in every run over the same data."""
     blocks = source.reference_blocks()
     refs = {}
     for spec in source.streams:
         block = blocks[spec.name]
-        first = np.asarray(block.array[block.value_range[0]][:, block.channels])
+        n = len(block.channels)
         refs[spec.name] = StreamReference(
-            values=Reference.from_values(first),
-            diffs={k: Reference.from_values(_first_pair(block, k)) for k in spec.diff_steps},
+            values=_reference(_values(block), n),
+            diffs={k: _reference(_pairs(block, k), n) for k in spec.diff_steps},
         )
     return refs
 
