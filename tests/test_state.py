@@ -436,3 +436,12 @@ def test_checkpoint_remembers_the_reference_state(data, tmp_path, capsys):
     resumed = [*run, "--resume", "--overwrite", "--reference-state", str(root / "a.wxstate")]
     assert main(resumed) == 0
     assert values(tmp_path / "s.nc") == values(root / "b.stats.nc")
+
+
+def test_update_refuses_another_kind_of_time_axis(data, tmp_path, capsys):
+    root, _ = data
+    with xr.open_dataset(root / "c.nc") as ds:
+        numeric = ds.assign_coords(time=np.arange(20, 35)).load()
+    numeric.to_netcdf(tmp_path / "numeric.nc")
+    args = _update(root, tmp_path, root / "a.wxstate", tmp_path / "numeric.nc")
+    _refused(capsys, tmp_path, args, "numeric.nc", "time axis", "datetime64[ns]")

@@ -76,7 +76,7 @@ def _outputs(p: argparse.ArgumentParser) -> None:
 
 def add_grow_commands(commands: argparse._SubParsersAction) -> None:
     """The ``update`` and ``merge`` commands."""
-    from wxstats.cli.compute_args import add_parallel_arguments, positive_int
+    from wxstats.cli.compute_args import add_parallel_arguments, positive_int, storage_option
 
     update = commands.add_parser(
         "update",
@@ -90,6 +90,13 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
     update.add_argument("dataset", help="the new data: zarr store, netCDF file or quoted glob")
     _outputs(update)
     update.add_argument("--threads", type=positive_int, help="threads per process")
+    update.add_argument(
+        "--storage-option",
+        type=storage_option,
+        action="append",
+        metavar="KEY=VALUE",
+        help="an fsspec option for a URL, as for compute",
+    )
     add_parallel_arguments(update)
 
     merge = commands.add_parser(
@@ -127,6 +134,7 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
         overwrite=args.overwrite,
         allow_gap=args.allow_gap,
         threads=args.threads,
+        storage_options=tuple(args.storage_option or ()),
         quiet=args.quiet,
         nproc=args.nproc,
         backend=args.backend,

@@ -83,6 +83,11 @@ def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
 def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
     a, b = prev.coverage, nxt.coverage
+    if a.dtype != b.dtype:
+        raise WxstatsError(
+            f"{nxt.name}: cannot {verb} {prev.name}: its time axis holds {b.dtype} values, "
+            f"the state's {a.dtype}"
+        )
     step = a.step if a.step is not None else b.step
     if a.step is not None and b.step is not None and a.step != b.step:
         raise WxstatsError(
@@ -325,7 +330,8 @@ def update_options(base_state: str | Path, dataset: str, **options: Any) -> Comp
         "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
         "skipna": bool(ident["skipna"]),
     }
-    probe = open_source(ComputeOptions(dataset=dataset, **selection))
+    storage = options.get("storage_options", ())
+    probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))
     try:
         times = probe.times
     finally:
