@@ -286,7 +286,8 @@ def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys)
             assert ds["state__val__mean"].dims == ("state_feature",)
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # zarr 3 on string dtypes, consolidation
+@pytest.mark.filterwarnings("ignore:.*Zarr V3 specification")  # zarr 3 on string dtypes
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part")
 @pytest.mark.parametrize("consolidated", [True, False])
 def test_write_into_adds_variables_to_a_zarr3_store(store, tmp_path, consolidated):
     path, truth = store
