@@ -445,3 +445,47 @@ def test_update_refuses_another_kind_of_time_axis(data, tmp_path, capsys):
     numeric.to_netcdf(tmp_path / "numeric.nc")
     args = _update(root, tmp_path, root / "a.wxstate", tmp_path / "numeric.nc")
     _refused(capsys, tmp_path, args, "numeric.nc", "time axis", "datetime64[ns]")
+
+
+def test_update_refuses_earlier_data(data, tmp_path, capsys):
+    root, _ = data
+    args = _update(root, tmp_path, root / "b.wxstate", root / "a.zarr")
+    _refused(capsys, tmp_path, args, "a.zarr", "before", "merge")
+
+
+def test_missing_values_across_the_seams(tmp_path):
+    """--skipna: NaNs next to the boundaries leave out the same values and
+    differences as in one run over everything."""
+    ds, truth = gridded(n_time=30, seed=3)
+    t2m = ds["t2m"].values.copy()
+    t2m[9, 1, 2] = t2m[10, 0, 0] = t2m[12, 3, 3] = np.nan
+    ds["t2m"] = (ds["t2m"].dims, t2m, ds["t2m"].attrs)
+    write_zarr(ds, tmp_path / "all.zarr")
+    write_zarr(ds.isel(time=slice(0, 10)), tmp_path / "p.zarr")
+    write_zarr(ds.isel(time=slice(10, 30)), tmp_path / "q.zarr")
+    opts = ["--diff-steps", "1,2", "--skipna", "--quiet"]
+    assert (
+        main(["compute", str(tmp_path / "all.zarr"), "--output", str(tmp_path / "all.nc"), *opts])
+        == 0
+    )
+    p_args = ["--state", str(tmp_path / "p.wxstate"), "--output", str(tmp_path / "p.nc")]
+    assert main(["compute", str(tmp_path / "p.zarr"), *p_args, *opts]) == 0
+    up = tmp_path / "up.nc"
+    assert (
+        main(
+            [
+                "update",
+                str(tmp_path / "p.wxstate"),
+                str(tmp_path / "q.zarr"),
+                "--output",
+                str(up),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert values(up) == values(tmp_path / "all.nc")
+    stats = read_stats(up).streams["t2m__train"]
+    ref = reference(t2m.astype(np.float64)[..., None], 0, 30, (1, 2))
+    assert_stream_matches(stats, ref)
+    assert list(stats.diff[1].count) == [29 * 42 - 6]  # each NaN leaves out two pairs

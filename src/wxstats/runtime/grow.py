@@ -271,13 +271,14 @@ class Growth:
             preview = State(
                 identity, source.streams, coverage, self.base.acc, {}, "", path=source.path
             )
-            check_next(self.base, preview, self.allow_gap, "update")
-            if coverage.first < self.base.coverage.first:
+            base = self.base.coverage
+            if coverage.dtype == base.dtype and coverage.last < base.first:
                 raise WxstatsError(
-                    f"{source.path}: starts at {coverage.label(coverage.first)}, before "
-                    f"{self.base.name} ({self.base.coverage.text}); update adds later data "
-                    "(merge states to join earlier ranges)"
+                    f"{source.path}: ends at {coverage.label(coverage.last)}, before "
+                    f"{self.base.name} ({base.text}); update adds later data "
+                    "(compute a state of it and merge the states to join earlier ranges)"
                 )
+            check_next(self.base, preview, self.allow_gap, "update")
         elif self.reference is None and coverage.n <= max(source.diff_steps):
             raise WxstatsError(
                 f"{source.path}: {coverage.n} time steps are too few for a state with "
