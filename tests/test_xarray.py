@@ -409,3 +409,18 @@ def test_int64_up_to_2_53_is_exact_and_a_big_fill_is_missing(tmp_path):
     assert got.count[0] == len(kept) and got.nan_count[0] == 1
     assert got.mean[0] == float(mean)  # the correctly rounded mean of the integers
     assert got.maximum[0] == float(max(kept))
+
+
+@pytest.mark.parametrize(
+    "interval, steps",
+    [
+        ("2021-01-01T00:00Z/2021-01-01T10:00+01:00", (0, 10)),  # UTC offsets: as UTC
+        ("2021-01-01T05/", (5, 50)),  # open on the right: to the last step
+        ("/2021-01-01T03", (0, 4)),  # open on the left
+        ("2021-01-02T01:00:00+00:00/2021-01-02", (25, 48)),  # a whole day at the end
+    ],
+)
+def test_split_bounds_with_utc_offsets_or_open_ends(data, interval, steps):
+    root, _, truth = data
+    stats = _stats(root / "g.zarr", splits=(f"s={interval}",), steps=(1,))
+    assert_stream_matches(stats.streams["t2m__s"], reference(truth["t2m"], *steps, (1,)))

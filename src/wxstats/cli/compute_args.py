@@ -137,7 +137,7 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-interval",
-        type=float,
+        type=positive_float,
         default=30.0,
         metavar="SECONDS",
         help="seconds between progress lines when there is no terminal (default 30)",
@@ -183,7 +183,7 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     z.add_argument(
         "--block-mb",
-        type=float,
+        type=positive_float,
         metavar="MB",
         help="memory per block of time steps (default 32; at least one storage chunk)",
     )
@@ -269,7 +269,7 @@ def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=120.0,
         metavar="SECONDS",
         help="how long to wait for ranks to join, for a silent rank before it is declared "

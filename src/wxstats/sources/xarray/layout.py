@@ -108,6 +108,11 @@ def select_variables(
                     f"{', '.join(ds[name].dims)}); leave it out of --variables"
                 )
     if feature_dims:
+        if time_dim in feature_dims:
+            raise InputError(
+                f"{path}: --feature-dims {time_dim}: the time dimension is what statistics "
+                "are taken over; name other dimensions (such as level)"
+            )
         present = {d for n in names for d in ds[n].dims}
         missing = [d for d in feature_dims if d not in present]
         if missing:

@@ -135,22 +135,42 @@ def parse_split(spec: str) -> tuple[str, str | None, str | None]:
     if not sep:
         return name, None, None
     start, slash, end = interval.partition("/")
-    if not slash or not start.strip() or not end.strip():
+    if not slash or not (start.strip() or end.strip()):
         raise InputError(
             f"--split {spec!r}: expected NAME=START/END, an inclusive ISO 8601 interval such as "
-            "train=2019-03-01T00:00/2019-03-20T23:00"
+            "train=2019-03-01T00:00/2019-03-20T23:00 (START/ or /END: open on that side)"
         )
     return name, start.strip(), end.strip()
 
 
+_UTC_OFFSET = re.compile(r"T.*(Z|[+-]\d\d(:?\d\d)?)$")
+
+
+def _naive(bound: str, name: str) -> str:
+    """An ISO 8601 time with a UTC offset (``...T00:00Z``, ``+01:00``) as the naive
+    UTC time the data's CF time axis holds; other bounds as they are."""
+    if not _UTC_OFFSET.search(bound):
+        return bound
+    import pandas as pd
+
+    try:
+        when = pd.Timestamp(bound).tz_convert("UTC").tz_localize(None)
+    except (ValueError, TypeError) as exc:
+        what = f"split {name}: cannot read {bound!r} as a time"
+        raise InputError(f"{what}: {first_line(exc)}") from None
+    return when.isoformat()
+
+
 def select(index, values: np.ndarray, name: str, start: str, end: str, time_dim: str) -> slice:
+    """The time steps of the inclusive interval ``start``/``end`` (``""``: open)."""
     try:
         if values.dtype.kind in "iuf":
-            lo, hi = float(start), float(end)
+            lo = float(start) if start else -np.inf
+            hi = float(end) if end else np.inf
             return slice(
                 int(np.searchsorted(values, lo, "left")), int(np.searchsorted(values, hi, "right"))
             )
-        found = index.slice_indexer(start, end)
+        found = index.slice_indexer(_naive(start, name) or None, _naive(end, name) or None)
         return slice(
             int(found.start or 0), int(values.shape[0] if found.stop is None else found.stop)
         )
