@@ -103,8 +103,10 @@ def compute_source(
         if carried is not None:
             acc.merge(carried)
         acc = world.allreduce(acc)
-    if growth is not None:
+    if growth is not None and world.rank == 0:
         stats = growth.grown(source, acc, refs, skipna)
+    elif growth is not None:  # only rank 0 reads the edges, joins and writes
+        stats = Stats(source.kind, {})
     else:
         stats = acc.extract(source.streams, refs, source.kind)
     stats.attrs = stats.attrs or dict(source.attrs)
