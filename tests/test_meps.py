@@ -266,3 +266,58 @@ def test_huge_and_denormal_float64_samples_end_to_end(meps_copy, power):
     ]:
         assert np.isfinite(actual).all(), name
         assert np.all(np.abs(actual - expected) <= rtol * np.abs(expected) + tiny), name
+
+
+def test_a_dangling_link_in_place_of_a_sample_is_one_line(meps_copy, capsys):
+    sample = _first(meps_copy)
+    sample.unlink()
+    sample.symlink_to(sample.parent / "gone.npy")
+    for command in (["compute", str(meps_copy), "--quiet"], ["inspect", str(meps_copy)]):
+        status = main(command)
+        err = capsys.readouterr().err
+        assert status == 2 and f"{sample}: a link to" in err and "does not exist" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert _static_untouched(meps_copy)
+
+
+def test_a_file_neural_lam_would_list_but_not_parse_is_refused(meps_copy, capsys):
+    sample = _first(meps_copy)
+    shutil.copy(sample, sample.with_name(sample.stem + "_copy.npy"))
+    status, err = _run(meps_copy, capsys)
+    assert status == 2 and "_mbr000_copy.npy" in err and "nwp_YYYYMMDDHH_mbrNNN.npy" in err
+
+
+def test_members_beyond_the_config_are_left_out_as_neural_lam_does(meps_copy):
+    from reference import assert_close, meps_reference
+    from wxstats.runtime.run import compute
+
+    ref = meps_reference(meps_copy)  # members 0 and 1: num_ensemble_members is 2
+    extra = _first(meps_copy, "nwp_*_mbr001.npy")
+    np.save(extra.with_name(extra.name.replace("mbr001", "mbr002")), np.load(extra) + 50.0)
+    with pytest.warns(UserWarning, match="beyond num_ensemble_members 2 are left out"):
+        stats = compute(meps_copy)
+    assert stats.state.count[0] == ref["count"]
+    assert_close(stats.state.mean, ref["mean"], 1e-12, "mean")
+
+
+def test_duplicate_var_names_are_refused(meps_copy, capsys):
+    config = yaml.safe_load(meps_copy.read_text())
+    names = config["dataset"]["var_names"]
+    names[3] = names[1]
+    meps_copy.write_text(yaml.safe_dump(config))
+    status, err = _run(meps_copy, capsys)
+    assert status == 2 and f"names {names[1]} more than once" in err
+
+
+def test_big_endian_samples_are_converted_exactly(meps_copy):
+    from reference import assert_close, meps_reference
+    from wxstats.runtime.run import compute
+
+    for p in _state_paths(meps_copy):
+        np.save(p, np.load(p).astype(">f4"))
+    assert np.load(_state_paths(meps_copy)[0]).dtype == np.dtype(">f4")
+    stats = compute(meps_copy)
+    ref = meps_reference(meps_copy)
+    assert_close(stats.state.mean, ref["mean"], 1e-12, "mean")
+    assert_close(stats.state.std, ref["std"], 1e-11, "std")
+    assert_close(stats.state.maximum, ref["max"], 0.0, "max")

@@ -47,6 +47,16 @@ def open_source(options: ComputeOptions) -> Source:
             "--step-length is for neural-lam datastores; for zarr/netCDF give --diff-steps "
             "(in time steps)"
         )
+    if options.level_weights is not None:
+        raise WxstatsError(
+            "--level-weights is for neural-lam datastores (their parameter_weights.npy); "
+            "a zarr/netCDF run writes no loss weights"
+        )
+    if options.min_std is not None and not options.write_into:
+        raise WxstatsError(
+            "--min-std floors what neural-lam divides by: neural-lam's static files, or an "
+            "mllam-data-prep store with --write-into; a statistics file keeps the true std"
+        )
     block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
     return XarraySource(
         options.dataset,

@@ -12,6 +12,7 @@ once per member, unlike neural-lam's file listing.
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -80,6 +81,12 @@ class MepsSource:
             raise InputError(f"{where}: missing key dataset.{key}")
 
         self.var_names: list[str] = [str(v) for v in need("var_names")]
+        repeated = sorted({v for v in self.var_names if self.var_names.count(v) > 1})
+        if repeated:
+            raise InputError(
+                f"{where}: dataset.var_names names {', '.join(repeated)} more than once; "
+                "every variable needs its own name"
+            )
         self.var_longnames: list[str] = [
             str(v) for v in (dataset.get("var_longnames") or self.var_names)
         ]
@@ -163,11 +170,23 @@ class MepsSource:
         if not self.samples_dir.is_dir():
             raise InputError(f"{self.samples_dir}: split folder not found")
         by_key: dict[tuple[str, int], Path] = {}
+        beyond: list[str] = []
         for path in sorted(self.samples_dir.glob("nwp_*_mbr*.npy")):
             match = _SAMPLE_RE.match(path.name)
             if not match:
-                continue
+                if path.name.startswith(f"nwp_{MEPS_FLUX}_"):
+                    continue
+                # neural-lam lists samples with this same pattern and then fails on the name
+                raise InputError(
+                    f"{path}: matches neural-lam's sample pattern nwp_*_mbr*.npy but is not "
+                    "named nwp_YYYYMMDDHH_mbrNNN.npy; rename it or move it out of the folder"
+                )
+            if not path.exists():
+                raise InputError(f"{path}: a link to {os.readlink(path)}, which does not exist")
             time, member = match.group(1), int(match.group(2))
+            if member >= self.num_members:
+                beyond.append(path.name)  # neural-lam loads members 0..n-1 only
+                continue
             try:
                 datetime.strptime(time, "%Y%m%d%H")
             except ValueError:
@@ -180,10 +199,17 @@ class MepsSource:
             by_key[(time, member)] = path
         if not by_key:
             raise InputError(f"{self.samples_dir}: no sample files nwp_YYYYMMDDHH_mbrNNN.npy")
+        if beyond:
+            warnings.warn(
+                f"{self.samples_dir}: {len(beyond)} sample(s) of members beyond "
+                f"num_ensemble_members {self.num_members} are left out, as neural-lam does: "
+                f"{', '.join(beyond[:5])}",
+                stacklevel=2,
+            )
         members_of: dict[str, list[int]] = {}
         for time, member in by_key:
             members_of.setdefault(time, []).append(member)
-        all_members = sorted({m for ms in members_of.values() for m in ms})
+        all_members = list(range(self.num_members))
         incomplete = {t: ms for t, ms in members_of.items() if sorted(ms) != all_members}
         if incomplete:
             shown = ", ".join(f"{t} (has {sorted(ms)})" for t, ms in sorted(incomplete.items())[:5])

@@ -53,7 +53,9 @@ def npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, bool, int]:
 def load_npy(path: Path, expected_shape: tuple[int, ...] | None = None) -> np.ndarray:
     """Memory-map a ``.npy`` file after checking its header, size and dtype."""
     shape, dtype, fortran, offset = npy_header(path)
-    if dtype not in NATIVE_DTYPES and dtype not in WIDENED_DTYPES:
+    native = dtype.newbyteorder("=")
+    swapped = dtype != native  # big-endian (">f4"): the same values once byte-swapped
+    if native not in NATIVE_DTYPES and native not in WIDENED_DTYPES:
         raise InputError(
             f"{path}: data type {dtype} is not supported "
             "(float32, float64, float16 or int16 expected)"
@@ -82,8 +84,10 @@ def load_npy(path: Path, expected_shape: tuple[int, ...] | None = None) -> np.nd
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: cannot memory-map: {exc}") from None
     array = np.asarray(array)
-    if dtype in WIDENED_DTYPES:
-        array = array.astype(WIDENED_DTYPES[dtype])
+    if swapped:
+        array = array.astype(native)
+    if native in WIDENED_DTYPES:
+        array = array.astype(WIDENED_DTYPES[native])
     return array
 
 
