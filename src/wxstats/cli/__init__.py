@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                 return commands.run_compare(args)
             if args.command == "inspect":
                 return commands.run_inspect(args)
+            if args.command == "doctor":
+                return commands.run_doctor(args)
     except Interrupted as exc:
         print(f"wxstats: {exc}", file=sys.stderr)
         return exc.code
