@@ -76,6 +76,13 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "'train' over all times, or an mllam-data-prep store's own splits)",
     )
     p.add_argument(
+        "--period",
+        metavar="START/END",
+        help="compute the statistics over these times only (an inclusive ISO 8601 interval, "
+        "e.g. 1979/2015: every split cut to it; a datastore's analysis times), distinct from "
+        "the splits that name the outputs; recorded in every statistics file",
+    )
+    p.add_argument(
         "--step-length",
         type=positive_int,
         metavar="HOURS",
@@ -282,6 +289,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
     return ComputeOptions(
         dataset=args.dataset,
         splits=tuple(args.split or ()),
+        period=args.period,
         variables=args.variables,
         time_dim=args.time_dim,
         diff_steps=args.diff_steps,

@@ -187,6 +187,7 @@ def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     cov = state.coverage
     stats.attrs = dict(state.attrs)
     stats.attrs.pop("gaps", None)
+    stats.attrs.pop("statistics_period", None)  # of the first range only: splits says all
     split = state.identity["split"]
     stats.attrs["dataset"] = "; ".join(dict.fromkeys(d[0] for d in state.datasets))
     stats.attrs["splits"] = f"{split}={cov.label(cov.first)}/{cov.label(cov.last)} ({cov.n} steps)"

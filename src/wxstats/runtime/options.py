@@ -33,6 +33,8 @@ class ComputeOptions:
     splits: tuple[str, ...] = ()
     """zarr/netCDF: ``NAME=START/END`` intervals, or an mllam-data-prep store's split names."""
     step_length: int | None = None
+    period: str | None = None
+    """``START/END``: the statistics use only these times (every split cut to them)."""
     variables: tuple[str, ...] | None = None
     time_dim: str = "time"
     diff_steps: tuple[int, ...] | None = None

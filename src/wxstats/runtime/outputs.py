@@ -38,7 +38,10 @@ def open_source(options: ComputeOptions) -> Source:
             )
         _refuse_xarray_options(options)
         return MepsSource(
-            options.dataset, split=options.meps_split, step_length=options.step_length
+            options.dataset,
+            split=options.meps_split,
+            step_length=options.step_length,
+            period=options.period,
         )
     from wxstats.sources.xarray import DEFAULT_BLOCK_BYTES, XarrayOptions, XarraySource
 
@@ -62,6 +65,7 @@ def open_source(options: ComputeOptions) -> Source:
         options.dataset,
         XarrayOptions(
             splits=options.splits,
+            period=options.period,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,

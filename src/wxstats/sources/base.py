@@ -12,6 +12,7 @@ import contextlib
 import weakref
 from typing import Any, Protocol
 
+from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec
 
@@ -61,6 +62,19 @@ class Source(Protocol):
     def inputs(self) -> list[str]:
         """The local files and folders the source reads (outputs must not be one)."""
         ...
+
+
+def parse_period(text: str) -> tuple[str, str]:
+    """``START/END`` of ``--period`` (an inclusive ISO 8601 interval, selected as
+    xarray selects ``slice(START, END)``: ``2015`` or ``2015-12`` end with
+    their last time; an empty side is open)."""
+    start, slash, end = text.partition("/")
+    if not slash or not (start.strip() or end.strip()):
+        raise InputError(
+            f"--period {text!r}: expected START/END, an inclusive ISO 8601 interval such as "
+            "1979-01-01/2015-12-31 (START/ or /END: open on that side)"
+        )
+    return start.strip(), end.strip()
 
 
 _SIZES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

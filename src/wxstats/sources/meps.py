@@ -25,6 +25,7 @@ import numpy as np
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
+from wxstats.sources.base import parse_period
 from wxstats.sources.npy import load_npy, npy_header, prefetch_files
 
 FLUX_FIRST_STEP = 2
@@ -66,9 +67,14 @@ class MepsSource:
     exact_per_step = False  # a sample is always read whole: it is the unit
 
     def __init__(
-        self, config_path: str | Path, split: str = "train", step_length: int | None = None
+        self,
+        config_path: str | Path,
+        split: str = "train",
+        step_length: int | None = None,
+        period: str | None = None,
     ) -> None:
         self.config_path = Path(config_path)
+        self.period = period
         config = self._read_config(self.config_path)
         dataset = config.get("dataset") or {}
         where = str(self.config_path)
@@ -150,6 +156,9 @@ class MepsSource:
             "num_timesteps": self.num_timesteps,
             "removed_feature_indices": ",".join(map(str, self.removed)),
         }
+        if period:
+            times = sorted({s.analysis_time for s in self.samples})
+            self.attrs["statistics_period"] = f"{period} (analysis times {times[0]} to {times[-1]})"
 
     # -- listing and validation -----------------------------------------
     @staticmethod
@@ -206,6 +215,8 @@ class MepsSource:
                 f"{', '.join(beyond[:5])}",
                 stacklevel=2,
             )
+        if self.period:
+            by_key = self._in_period(by_key)
         members_of: dict[str, list[int]] = {}
         for time, member in by_key:
             members_of.setdefault(time, []).append(member)
@@ -227,6 +238,25 @@ class MepsSource:
                 )
             samples.append(MepsSample(path, time, member, flux))
         return samples
+
+    def _in_period(self, by_key: dict[tuple[str, int], Path]) -> dict[tuple[str, int], Path]:
+        """The samples whose analysis time is in ``--period`` (inclusive)."""
+        import pandas as pd
+
+        start, end = parse_period(str(self.period))
+        times = sorted({t for t, _ in by_key})
+        index = pd.DatetimeIndex([datetime.strptime(t, "%Y%m%d%H") for t in times])
+        try:
+            found = index.slice_indexer(start or None, end or None)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InputError(f"--period {self.period}: cannot read it as times: {exc}") from None
+        keep = set(times[found])
+        if not keep:
+            raise InputError(
+                f"{self.samples_dir}: no analysis time in --period {self.period} (the split "
+                f"has {times[0]} to {times[-1]})"
+            )
+        return {key: path for key, path in by_key.items() if key[0] in keep}
 
     def _check_first_sample(self) -> None:
         first = self.samples[0].path

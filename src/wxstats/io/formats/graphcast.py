@@ -66,6 +66,8 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
         "method": "population statistics (ddof 0), unweighted, float64; diffs_stddev: std "
         f"of x[t+{step}] - x[t] per level",
     }
+    if "statistics_period" in stats.attrs:
+        attrs["statistics_period"] = stats.attrs["statistics_period"]
 
     def writer(data_vars: dict[str, tuple]) -> Writer:
         used = {d for dims, _, _ in data_vars.values() for d in dims}

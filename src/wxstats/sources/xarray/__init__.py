@@ -43,6 +43,7 @@ from wxstats.sources.xarray.timeaxis import (
     fmt_time,
     mdp_splits,
     resolve_splits,
+    restrict_to_period,
     time_values,
     where_in,
 )
@@ -66,6 +67,7 @@ class XarrayOptions:
     block_bytes: int = DEFAULT_BLOCK_BYTES
     storage_options: tuple[tuple[str, Any], ...] = ()
     io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
+    period: str | None = None  # --period START/END: the statistics' time steps, in every split
 
 
 class XarraySource:
@@ -95,6 +97,10 @@ class XarraySource:
             self.path,
             self._where,
         )
+        if self.options.period:
+            self.splits = restrict_to_period(
+                self.splits, self.options.period, self.times, self.time_dim, self.path
+            )
         self.vars = select_variables(
             self.parts,
             self.path,
@@ -166,6 +172,7 @@ class XarraySource:
                 f"{s.name}={s.label} ({s.stop - s.start} steps from {self.time_dim}[{s.start}])"
                 for s in self.splits
             ),
+            **({"statistics_period": self._period_text()} if self.options.period else {}),
             "diff_steps": ",".join(map(str, self.diff_steps)),
             "variables": ",".join(v.name for v in self.vars),
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
@@ -174,6 +181,13 @@ class XarraySource:
             "_FillValue and missing_value are NaN",
             "diff_definition": "x[t] - x[t-k] over pairs with both times inside the split",
         }
+
+    def _period_text(self) -> str:
+        used = "; ".join(
+            f"{s.name} {fmt_time(self.times[s.start])} to {fmt_time(self.times[s.stop - 1])}"
+            for s in self.splits
+        )
+        return f"{self.options.period} ({used})"
 
     # -- reading ----------------------------------------------------------
     def _read(self, v: Variable, r0: int, r1: int) -> np.ndarray:

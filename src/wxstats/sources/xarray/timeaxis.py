@@ -304,3 +304,24 @@ def resolve_splits(
             )
         splits.append(split)
     return splits
+
+
+def restrict_to_period(
+    splits: list[Split], period: str, times: np.ndarray, time_dim: str, path: str
+) -> list[Split]:
+    """Each split cut to the time steps of ``--period`` (the statistics' own
+    period, distinct from the splits that name the outputs)."""
+    from wxstats.sources.base import parse_period
+
+    start, end = parse_period(period)
+    found = select(time_index(times), times, "--period", start, end, time_dim)
+    out = []
+    for split in splits:
+        lo, hi = max(split.start, found.start), min(split.stop, found.stop)
+        if lo >= hi:
+            raise InputError(
+                f"{path}: split {split.name} ({split.label}) has no time steps in --period "
+                f"{period} ({time_dim} runs from {fmt_time(times[0])} to {fmt_time(times[-1])})"
+            )
+        out.append(Split(split.name, lo, hi, split.label))
+    return out
