@@ -187,3 +187,29 @@ def test_a_zarr_run_imports_neither_torch_nor_dask(tmp_path):
     assert loaded == {"torch": False, "dask": False, "xarray": True}
     with xr.open_dataset(out) as stats:
         assert np.isclose(float(stats["t2m__train__mean"]), truth["t2m"].mean(), rtol=1e-12)
+
+
+def test_warnings_once_each_and_quiet_keeps_only_wxstats_own(capsys):
+    import os
+
+    import wxstats
+    from wxstats.cli import _WarningLines
+
+    inside = os.path.join(os.path.dirname(wxstats.__file__), "sources", "meps.py")
+    outside = "/usr/lib/python3/site-packages/zarr/core.py"
+    for quiet, expected in ((False, ["data note", "library note"]), (True, ["data note"])):
+        show = _WarningLines(quiet)
+        for _ in range(3):
+            show(UserWarning("data note"), UserWarning, inside, 1)
+            show(UserWarning("library note"), UserWarning, outside, 1)
+        lines = capsys.readouterr().err.splitlines()
+        assert lines == [f"wxstats: warning: {text}" for text in expected]
+
+
+def test_a_command_leaves_the_callers_warning_display_alone(meps_small, tmp_path):
+    import warnings
+
+    before = (warnings.showwarning, warnings.formatwarning, list(warnings.filters))
+    out = tmp_path / "o"
+    assert main(["compute", str(meps_small), "--quiet", "--output-dir", str(out)]) == 0
+    assert (warnings.showwarning, warnings.formatwarning, list(warnings.filters)) == before

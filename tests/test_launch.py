@@ -117,3 +117,17 @@ def test_backend_and_device_choice_on_cpu(monkeypatch):
         resolve_backend("auto", "cuda", launch)
     with pytest.raises(WxstatsError, match="nccl"):
         resolve_backend("nccl", "cpu", launch)
+
+
+def test_more_ranks_than_cpus_is_warned(meps_small, tmp_path, capsys, monkeypatch):
+    from wxstats.cli import main
+    from wxstats.runtime import launch
+
+    monkeypatch.setattr(launch, "available_cpus", lambda: 1)
+    out = tmp_path / "o"
+    assert (
+        main(["compute", str(meps_small), "--quiet", "--output-dir", str(out), "--nproc", "2"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "--nproc 2 starts more ranks than the 1 CPUs" in err
+    assert (out / "parameter_mean.pt").is_file()

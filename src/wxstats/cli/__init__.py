@@ -19,10 +19,26 @@ from wxstats.core.errors import Interrupted, WxstatsError
 __all__ = ["console", "main"]
 
 
-def _show_warning(message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
-    """Warnings during a command as ``wxstats: warning: ...`` lines (this command only:
-    :func:`warnings.catch_warnings` restores the caller's display afterwards)."""
-    print(f"wxstats: warning: {message}", file=sys.stderr)
+class _WarningLines:
+    """Warnings during a command as ``wxstats: warning: ...`` lines, each text once
+    (zarr repeats its notes per array); with ``--quiet`` only wxstats' own, about
+    the data, not the libraries'. Installed for the command only
+    (:func:`warnings.catch_warnings` restores the caller's display afterwards)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.seen: set[str] = set()
+
+    def __call__(self, message: Any, category: Any, filename: str, lineno: int, *rest: Any) -> None:
+        text = str(message)
+        own = str(filename).startswith(_PACKAGE_DIR)
+        if text in self.seen or (self.quiet and not own):
+            return
+        self.seen.add(text)
+        print(f"wxstats: warning: {text}", file=sys.stderr)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             # zarr's note that v3 has no consolidated metadata concerns its authors, not
             # our users (mllam-data-prep stores are consolidated; we keep them so)
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-            warnings.showwarning = _show_warning
+            warnings.showwarning = _WarningLines(bool(getattr(args, "quiet", False)))
             if args.command == "compute":
                 return commands.run_compute(compute_options(args, argv))
             if args.command == "update":
@@ -49,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                 return commands.run_compare(args)
             if args.command == "inspect":
                 return commands.run_inspect(args)
+            if args.command == "doctor":
+                return commands.run_doctor(args)
     except Interrupted as exc:
         print(f"wxstats: {exc}", file=sys.stderr)
         return exc.code

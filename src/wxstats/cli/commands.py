@@ -106,3 +106,13 @@ def run_inspect(args: argparse.Namespace) -> int:
     )
     print(format_plan(inspect_dataset(options, not args.no_measure)))
     return 0
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from wxstats.tools.doctor import format_report, report
+
+    info = report()
+    print(json.dumps(info, indent=1) if args.json else format_report(info))
+    return 0

@@ -118,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--split", help="split to read when a file holds several")
 
+    doctor = commands.add_parser(
+        "doctor",
+        help="versions, torch build, backends and launcher: what a bug report needs",
+        description="Print the versions of wxstats and its libraries, the torch build (CPU or "
+        "CUDA) with its gloo/NCCL backends, the CPUs available and the launcher detected.",
+    )
+    doctor.add_argument("--json", action="store_true", help="as JSON")
+
     inspect = commands.add_parser(
         "inspect",
         help="say what 'compute' would do, without doing it",

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -263,6 +264,13 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
     (passed on to every rank) give the ranks :data:`STOP_GRACE_S` seconds to
     save their progress (``--checkpoint``) and stop, before they are ended.
     """
+    cpus = available_cpus()
+    if nproc > cpus:
+        warnings.warn(
+            f"--nproc {nproc} starts more ranks than the {cpus} CPUs this process may use: "
+            "they share the CPUs (no faster) and each holds its own memory (a few hundred MB)",
+            stacklevel=2,
+        )
     port = free_port()
     children: list[subprocess.Popen] = []
     base = dict(os.environ)
