@@ -489,3 +489,37 @@ def test_missing_values_across_the_seams(tmp_path):
     ref = reference(t2m.astype(np.float64)[..., None], 0, 30, (1, 2))
     assert_stream_matches(stats, ref)
     assert list(stats.diff[1].count) == [29 * 42 - 6]  # each NaN leaves out two pairs
+
+
+def test_float_time_axis_joins_despite_rounding(tmp_path):
+    """Hours as floats of 0.1 steps: 2.2 + 0.1 is not 2.3 in float64, yet the
+    ranges are adjacent."""
+    ds, _ = gridded(n_time=30, seed=5)
+    ds = ds.assign_coords(time=np.round(np.arange(30) * 0.1, 10))
+    write_zarr(ds, tmp_path / "all.zarr")
+    write_zarr(ds.isel(time=slice(0, 23)), tmp_path / "p.zarr")
+    write_zarr(ds.isel(time=slice(23, 30)), tmp_path / "q.zarr")
+    times = ds["time"].values
+    assert times[22] + (times[1] - times[0]) != times[23]
+    opts = ["--variables", "t2m", "--quiet"]
+    assert (
+        main(["compute", str(tmp_path / "all.zarr"), "--output", str(tmp_path / "all.nc"), *opts])
+        == 0
+    )
+    p_args = ["--state", str(tmp_path / "p.wxstate"), "--output", str(tmp_path / "p.nc")]
+    assert main(["compute", str(tmp_path / "p.zarr"), *p_args, *opts]) == 0
+    up = tmp_path / "up.nc"
+    assert (
+        main(
+            [
+                "update",
+                str(tmp_path / "p.wxstate"),
+                str(tmp_path / "q.zarr"),
+                "--output",
+                str(up),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert values(up) == values(tmp_path / "all.nc")

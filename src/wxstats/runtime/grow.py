@@ -80,6 +80,19 @@ def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
     return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
 
 
+def _same(a: Coverage, x: int | float, y: int | float, step: int | float) -> bool:
+    """Equal times or steps (a float axis: to 1e-9 of a step, as the sources
+    check that times are regular)."""
+    if np.dtype(a.dtype).kind == "f":
+        return abs(x - y) <= 1e-9 * abs(step)
+    return x == y
+
+
+def _next_step(a: Coverage, first: int | float, step: int | float) -> bool:
+    """Whether ``first`` is the time step after ``a``."""
+    return _same(a, first, a.last + step, step)
+
+
 def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
     a, b = prev.coverage, nxt.coverage
@@ -89,7 +102,7 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
             f"the state's {a.dtype}"
         )
     step = a.step if a.step is not None else b.step
-    if a.step is not None and b.step is not None and a.step != b.step:
+    if a.step is not None and b.step is not None and not _same(a, a.step, b.step, a.step):
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time step differs "
             f"({b.delta(b.step)} vs {a.delta(a.step)})"
@@ -99,7 +112,7 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
             f"{nxt.name}: overlaps {prev.name}: {b.text} vs {a.text}; each time step may be "
             "counted once: give only data after the state's last time"
         )
-    if step is None or b.first != a.last + step:
+    if step is None or not _next_step(a, b.first, step):
         if not allow_gap:
             expected = a.label(a.last + step) if step is not None else "the next time step"
             raise WxstatsError(
