@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 from wxstats import __version__
 from wxstats.cli.compute_args import (
@@ -27,8 +28,16 @@ from wxstats.cli.grow import add_grow_commands, add_state_arguments
 __all__ = ["build_parser", "compute_options"]
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A refused argument is one line, ``wxstats COMMAND: error: ...``, status 2:
+    the usage block argparse prints first buries the reason (``--help`` has it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="wxstats",
         description="Exact, fast, parallel normalization statistics for weather ML datasets.",
     )

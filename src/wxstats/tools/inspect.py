@@ -18,13 +18,14 @@ what the whole run sees.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, WxstatsError
 from wxstats.runtime.options import ComputeOptions
 from wxstats.sources.base import Source, sample_sizes
 
@@ -81,9 +82,21 @@ def measure(source: Source, skipna: bool, notes: list[str]) -> tuple[float | Non
     return read, compute
 
 
+def _refuse_unwritable(folder: Path) -> None:
+    """What ``compute`` would refuse up front, found without creating anything:
+    the nearest existing ancestor of ``folder`` must be a writable folder."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise WxstatsError(f"{folder}: output folder cannot be made: {existing} is a file")
+    if not os.access(existing, os.W_OK):
+        raise WxstatsError(f"{folder}: output folder is not writable ({existing})")
+
+
 def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     """The plan of a ``compute`` run with ``options``."""
-    from wxstats.runtime.outputs import open_source, planned_outputs
+    from wxstats.runtime.outputs import check_collisions, open_source, planned_outputs
 
     source = open_source(options)
     plan = Plan(
@@ -96,7 +109,11 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
         first_sample=source.describe(0),
         threads=options.threads or 1,
     )
-    plan.outputs = [(p, p.exists()) for p in planned_outputs(source, None, options)]
+    paths = list(planned_outputs(source, None, options))
+    check_collisions(source, paths)
+    for folder in sorted({p.parent for p in paths}):
+        _refuse_unwritable(folder)
+    plan.outputs = [(p, p.exists()) for p in paths]
     existing = [p for p, exists in plan.outputs if exists]
     if existing and not options.overwrite:
         plan.notes.append(
