@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`wxstats.cli.parser` so that each module stays short;
 the parser calls :func:`add_state_arguments` and :func:`add_grow_commands`.
-The work is :mod:`wxstats.runtime.grow`.
+The work is :mod:`wxstats.runtime.grow` and :mod:`wxstats.runtime.merge`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _default_output(args: argparse.Namespace) -> Path | None:
 
 def run_update(args: argparse.Namespace, argv: list[str]) -> int:
     from wxstats.cli.commands import run_compute
-    from wxstats.runtime.grow import update_options
+    from wxstats.runtime.merge import update_options
 
     options = update_options(
         args.base,
@@ -146,7 +146,7 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from wxstats.runtime.grow import merge_states
+    from wxstats.runtime.merge import merge_states
     from wxstats.tools.report import format_table
 
     stats, written = merge_states(

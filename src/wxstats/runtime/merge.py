@@ -1,0 +1,95 @@
+"""``wxstats update`` and ``wxstats merge`` around :mod:`wxstats.runtime.grow`.
+
+``update`` is a ``compute`` run over the new data with the state's selection
+(variables, steps, NaN handling, split name), so this module only builds its
+options; ``merge`` reads no data: it joins the states and writes.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from wxstats import __version__
+from wxstats.core.errors import WxstatsError
+from wxstats.core.stats import Stats
+from wxstats.io.atomic import Writer, check_writable, write_all
+from wxstats.runtime.grow import combine, state_stats
+from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.state import State
+
+
+def update_options(base_state: str | Path, dataset: str, **options: Any) -> ComputeOptions:
+    """The ``compute`` options of ``wxstats update``: the state's variables,
+    steps and NaN handling, over every time step of ``dataset`` in the state's
+    split (the checks against the state come in :meth:`Growth.check`)."""
+    from wxstats.runtime.outputs import open_source
+    from wxstats.sources.xarray.timeaxis import fmt_time
+
+    state = State.read(str(base_state))
+    ident = state.identity
+    selection = {
+        "variables": tuple(v["name"] for v in ident["variables"]),
+        "time_dim": ident["time_dim"],
+        "diff_steps": tuple(ident["diff_steps"]),
+        "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
+        "skipna": bool(ident["skipna"]),
+    }
+    storage = options.get("storage_options", ())
+    probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))
+    try:
+        times = probe.times
+    finally:
+        probe.close()
+    split = f"{ident['split']}={fmt_time(times[0])}/{fmt_time(times[-1])}"
+    return ComputeOptions(
+        dataset=dataset, splits=(split,), base_state=Path(base_state), **selection, **options
+    )
+
+
+def merge_states(
+    paths: list[Path],
+    *,
+    output: Path | None,
+    summary: Path | None = None,
+    state: Path | None = None,
+    overwrite: bool = False,
+    allow_gap: bool = False,
+) -> tuple[Stats, list[Path]]:
+    """``wxstats merge``: the statistics (and state) of disjoint states."""
+    from wxstats.io.formats.netcdf import netcdf_writer
+    from wxstats.io.formats.summary import summary_writer
+
+    started = time.time()
+    planned = [Path(p) for p in (output, summary, state) if p is not None]
+    if len({p.resolve() for p in planned}) != len(planned):
+        raise WxstatsError("merge: --output, --summary and --state must be different files")
+    check_writable(planned, overwrite)
+    states = [State.read(str(p)) for p in paths]
+    seen: set[Path] = set()
+    for p in paths:
+        if Path(p).resolve() in seen:
+            raise WxstatsError(f"{p}: named twice; each state may be merged once")
+        seen.add(Path(p).resolve())
+    total = combine(states, allow_gap)
+    stats = state_stats(total)
+    stats.run = {
+        "wxstats_version": __version__,
+        "command": "merge",
+        "states": [str(p) for p in paths],
+        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+        "seconds": round(time.time() - started, 3),
+        "host": socket.gethostname(),
+    }
+    writers: dict[Path, Writer] = {}
+    if output is not None:
+        writers[Path(output)] = netcdf_writer(stats)
+    if summary is not None:
+        writers[Path(summary)] = summary_writer(stats)
+    if state is not None:
+        writers[Path(state)] = total.writer()
+    write_all(writers, overwrite)
+    return stats, list(writers)
