@@ -74,9 +74,9 @@ def test_inspect_reports_a_first_sample_that_would_fail(meps_copy, capsys):
     x = np.load(first)
     x[5, 3, 3, 6] = np.nan
     np.save(first, x)
-    assert main(["inspect", str(meps_copy)]) == 0
-    out = capsys.readouterr().out
-    assert "first sample fails" in out and "t_2" in out and "--skipna" in out
+    assert main(["inspect", str(meps_copy)]) == 2  # compute would fail: so does inspect
+    err = capsys.readouterr().err
+    assert "first sample fails" in err and "t_2" in err and "--skipna" in err
 
 
 def test_inspect_help_has_examples(capsys):
@@ -85,3 +85,26 @@ def test_inspect_help_has_examples(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "wxstats inspect " in out
+
+
+def test_inspect_takes_compute_source_options_for_zarr(tmp_path, capsys):
+    from gridded_data import gridded, write_zarr
+
+    ds, _ = gridded(n_time=10)
+    ds = ds.rename(time="step")
+    write_zarr(ds.assign_coords(step=ds["step"]), tmp_path / "g.zarr")
+    args = ["inspect", str(tmp_path / "g.zarr"), "--no-measure", "--time-dim", "step"]
+    assert main([*args, "--variables", "t2m,z", "--diff-steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "t2m__train" in out and "z__train" in out and "msl__train" not in out
+    assert main(["inspect", str(tmp_path / "g.zarr"), "--no-measure"]) == 2  # no 'time' there
+    assert "--time-dim" in capsys.readouterr().err
+
+
+def test_inspect_finds_a_truncated_sample_that_is_not_the_first(meps_copy, capsys):
+    last = sorted((meps_copy.parent / "samples" / "train").glob("nwp_2*_mbr*.npy"))[-1]
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])
+    assert main(["inspect", str(meps_copy), "--no-measure"]) == 2
+    err = capsys.readouterr().err
+    assert str(last) in err and "truncated" in err

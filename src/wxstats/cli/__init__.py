@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "compare":
                 return commands.run_compare(args)
             if args.command == "inspect":
-                return commands.run_inspect(args)
+                return commands.run_inspect(compute_options(args, argv), args.no_measure)
             if args.command == "doctor":
                 return commands.run_doctor(args)
     except Interrupted as exc:

@@ -92,19 +92,14 @@ def run_compare(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def run_inspect(args: argparse.Namespace) -> int:
+def run_inspect(options: ComputeOptions, no_measure: bool) -> int:
+    from dataclasses import replace
+
     from wxstats.runtime.run import default_threads
     from wxstats.tools.inspect import format_plan, inspect_dataset
 
-    options = ComputeOptions(
-        dataset=str(args.dataset),
-        split=args.split,
-        step_length=args.step_length,
-        skipna=args.skipna,
-        threads=args.threads or default_threads(),
-        output_dir=args.output_dir,
-    )
-    print(format_plan(inspect_dataset(options, not args.no_measure)))
+    options = replace(options, threads=options.threads or default_threads())
+    print(format_plan(inspect_dataset(options, not no_measure)))
     return 0
 
 

@@ -138,16 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect",
         help="say what 'compute' would do, without doing it",
-        description="Source kind, samples, variables, bytes to read, files to write, and an "
-        "estimated run time from rates measured now on the first sample.",
+        description="Take the arguments of a 'compute' command and say what it would do: "
+        "source kind, samples, variables, bytes to read, files to write, and an estimated "
+        "run time from rates measured now on the first sample. What compute refuses before "
+        "reading (outputs, options, every sample file's header and size) is refused here too.",
         epilog=INSPECT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    inspect.add_argument("dataset", type=Path, help="neural-lam datastore YAML (npyfilesmeps)")
-    inspect.add_argument("--split", default="train", help="split (default: train)")
-    inspect.add_argument("--step-length", type=positive_int, metavar="HOURS")
-    inspect.add_argument("--output-dir", type=Path, metavar="DIR")
-    inspect.add_argument("--threads", type=positive_int, help="threads the run would use")
-    inspect.add_argument("--skipna", action="store_true", help="as for compute")
+    add_compute_arguments(inspect)
     inspect.add_argument("--no-measure", action="store_true", help="skip the timing (no estimate)")
     return parser

@@ -75,8 +75,7 @@ def measure(source: Source, skipna: bool, notes: list[str]) -> tuple[float | Non
         sample_accumulator(source, 0, refs, skipna)
         compute_s = time.perf_counter() - started
     except InputError as exc:
-        notes.append(f"the first sample fails, so would the run: {exc}")
-        compute_s = None
+        raise InputError(f"the first sample fails, and so would the run: {exc}") from None
     read = nbytes / read_s / 1e9 if read_s > 0 else None
     compute = nbytes / compute_s / 1e9 if compute_s else None
     return read, compute
@@ -97,6 +96,7 @@ def _refuse_unwritable(folder: Path) -> None:
 def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     """The plan of a ``compute`` run with ``options``."""
     from wxstats.runtime.outputs import check_collisions, open_source, planned_outputs
+    from wxstats.runtime.run import resumable
 
     source = open_source(options)
     plan = Plan(
@@ -113,12 +113,18 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     check_collisions(source, paths)
     for folder in sorted({p.parent for p in paths}):
         _refuse_unwritable(folder)
+    resumable(options)  # --resume without --checkpoint
+    if options.checkpoint is not None:
+        _refuse_unwritable(Path(options.checkpoint))
     plan.outputs = [(p, p.exists()) for p in paths]
     existing = [p for p, exists in plan.outputs if exists]
     if existing and not options.overwrite:
         plan.notes.append(
             f"{len(existing)} output(s) exist: compute would refuse without --overwrite"
         )
+    if source.kind == "npyfilesmeps":
+        for index in range(len(source)):
+            source.read(index)  # memory maps: every header and size checked, nothing read
     if run_measure:
         plan.read_gbps, plan.compute_gbps = measure(source, options.skipna, plan.notes)
     return plan
