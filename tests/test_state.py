@@ -398,7 +398,13 @@ def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path
     args = ["compute", str(root / "b.zarr"), "--reference-state", str(root / "a.wxstate")]
     _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "--state")
     args = ["compute", str(meps_small), "--state", str(tmp_path / "m.wxstate"), "--quiet"]
-    _refused(capsys, tmp_path, [*args, "--output-dir", str(tmp_path / "o")], "zarr/netCDF")
+    _refused(
+        capsys,
+        tmp_path,
+        [*args, "--output-dir", str(tmp_path / "o")],
+        str(meps_small),
+        "zarr/netCDF",
+    )
 
 
 def test_checkpoint_remembers_the_reference_state(data, tmp_path, capsys):

@@ -265,9 +265,10 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
 def check_source(source: Source, what: str) -> None:
     """A state is of one split of a zarr/netCDF dataset."""
     if source.kind != "xarray":
+        where = getattr(source, "path", None) or getattr(source, "config_path", "dataset")
         raise WxstatsError(
-            f"{source.path if hasattr(source, 'path') else 'dataset'}: {what} is for zarr/netCDF "
-            "datasets (a neural-lam datastore is summed per sample, not per time step)"
+            f"{where}: {what} is for zarr/netCDF datasets (a neural-lam datastore is summed "
+            "per sample, not per time step)"
         )
     if len(source.splits) != 1:
         names = ", ".join(s.name for s in source.splits)
