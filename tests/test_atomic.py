@@ -170,3 +170,15 @@ def test_a_writer_killed_between_renames_leaves_a_set_that_is_put_right(tmp_path
     with pytest.warns(UserWarning, match="interrupted between renames"):
         atomic.check_writable([static / n for n in SET], overwrite=True)
     assert _contents(static) == expected  # every file of one set, nothing else left
+
+
+def test_an_existing_folder_as_output_is_refused_even_with_overwrite(tmp_path):
+    (tmp_path / "out.json").mkdir()
+    with pytest.raises(WxstatsError, match="output is an existing folder"):
+        atomic.check_writable([tmp_path / "out.json"], overwrite=True)
+
+
+def test_an_output_folder_under_a_file_names_the_file(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(WxstatsError, match=f"{tmp_path / 'f'} is a file"):
+        atomic.check_writable([tmp_path / "f" / "sub" / "x.pt"], overwrite=False)

@@ -321,3 +321,18 @@ def test_big_endian_samples_are_converted_exactly(meps_copy):
     assert_close(stats.state.mean, ref["mean"], 1e-12, "mean")
     assert_close(stats.state.std, ref["std"], 1e-11, "std")
     assert_close(stats.state.maximum, ref["max"], 0.0, "max")
+
+
+@pytest.mark.parametrize("step", [33, 40, 64])
+def test_a_step_length_without_pairs_is_refused_before_reading(
+    meps_copy, capsys, monkeypatch, step
+):
+    from wxstats.sources import meps
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a sample was read")
+
+    monkeypatch.setattr(meps, "load_npy", no_reading)
+    status, err = _run(meps_copy, capsys, "--step-length", str(step))
+    assert status == 2 and f"step length {step} h leaves no differences" in err
+    assert "use at most 32" in err and _static_untouched(meps_copy)

@@ -47,6 +47,11 @@ def check_writable(paths: list[Path], overwrite: bool) -> None:
     if len(paths) > 1:
         for folder in sorted({p.parent for p in paths}):
             recover_interrupted(folder)
+    folders = [str(p) for p in paths if p.is_dir()]
+    if folders:  # --overwrite would fail only at the end, after the whole run
+        raise WxstatsError(
+            f"output is an existing folder: {', '.join(folders)}; give a file name there"
+        )
     existing = [str(p) for p in paths if p.exists()]
     if existing and not overwrite:
         raise WxstatsError(
@@ -59,9 +64,9 @@ def check_writable(paths: list[Path], overwrite: bool) -> None:
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".wxstats-probe-"):
                 pass
         except OSError as exc:
-            raise WxstatsError(
-                f"{folder}: output folder is not writable: {exc.strerror or exc}"
-            ) from None
+            blocker = next((a for a in (folder, *folder.parents) if a.is_file()), None)
+            reason = f"{blocker} is a file" if blocker else exc.strerror or exc
+            raise WxstatsError(f"{folder}: output folder is not writable: {reason}") from None
 
 
 def fsync_file(path: Path) -> None:

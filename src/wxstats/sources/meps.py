@@ -118,10 +118,14 @@ class MepsSource:
             if step_length is not None
             else _parse_step_length(need("step_length"), where)
         )
-        if self.step_length < 1 or self.step_length >= self.num_timesteps:
+        # neural-lam's pairs (t, t + s) lie within the first (T // s) * s steps: none
+        # unless that span holds two steps of s
+        if self.step_length < 1 or self.num_timesteps // self.step_length < 2:
             raise InputError(
                 f"{where}: step length {self.step_length} h leaves no differences in "
-                f"{self.num_timesteps} time steps"
+                f"{self.num_timesteps} time steps (pairs (t, t + s) within the first "
+                f"(T // s) * s steps, as neural-lam takes them); use at most "
+                f"{self.num_timesteps // 2}"
             )
         self.split = split
         self.samples_dir = self.config_path.parent / "samples" / split
