@@ -13,10 +13,11 @@ from distributed_helpers import assert_identical_outputs
 
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
-from wxstats.runtime.checkpoint import Checkpoint, Resumable
+from wxstats.runtime.checkpoint import Checkpoint
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
+from wxstats.runtime.resumable import Resumable
 from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
 
@@ -446,3 +447,82 @@ def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path
     assert info.value.code == 143
     assert _done_in(tmp_path / "ck") == {0, 1}
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
+    """The main thread is stuck (here: waiting inside a read); the watchdog's save
+    keeps exactly the samples merged so far. While a merge holds the lock, it
+    saves nothing rather than a half-merged accumulator."""
+    import threading
+
+    source = open_source(ComputeOptions(dataset=meps_small))
+    run = Resumable(tmp_path / "ck", interval=3600)
+    todo, _ = run.start(source, skipna=False)
+    acc = empty_accumulator(source)
+    refs = references(source)
+    stuck, release = threading.Event(), threading.Event()
+    read = source.read
+
+    def hanging_read(index):
+        if index == 3:
+            stuck.set()
+            release.wait(30)
+        return read(index)
+
+    source.read = hanging_read
+
+    def main_thread():
+        with run.tracking(acc) as after_sample:
+            accumulate(source, todo[:4], refs, on_sample=after_sample, into=acc, guard=run.merging)
+
+    worker = threading.Thread(target=main_thread)
+    worker.start()
+    assert stuck.wait(30)
+    with run.merging:  # as if a merge were under way: nothing is saved
+        words = run.save_if_consistent(wait=0.1)
+    assert "lost" in words and _done_in(tmp_path / "ck") == set()
+    words = run.save_if_consistent(wait=1.0)
+    assert "saved" in words and _done_in(tmp_path / "ck") == {0, 1, 2}
+    release.set()
+    worker.join(30)
+
+
+def test_the_watchdog_runs_the_save_before_it_ends_the_process(monkeypatch, capsys):
+    """A failure elsewhere and a main thread that never notices: after the
+    timeout the watchdog ends the process, after the save, and says so."""
+    import threading
+
+    from wxstats.runtime import monitor as monitor_module
+
+    class Store:  # what the monitor asks of torch's store, in memory
+        def __init__(self):
+            self.data: dict[str, object] = {}
+
+        def add(self, key, n):
+            self.data[key] = int(self.data.get(key, 0)) + n
+            return self.data[key]
+
+        def set(self, key, value):
+            self.data[key] = value
+
+        def get(self, key):
+            return self.data[key]
+
+        def check(self, keys):
+            return all(k in self.data for k in keys)
+
+    ended = threading.Event()
+    codes = []
+    monkeypatch.setattr(monitor_module, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(monitor_module.os, "_exit", lambda code: (codes.append(code), ended.set()))
+    watch = monitor_module.Monitor(Store(), rank=1, world_size=2, timeout=0.3, where="test")
+    calls = []
+    watch.before_forced_exit = lambda: calls.append("save") or "; its progress is saved in ck"
+    watch.publish_failure(0, "NaN in sample 5", 2)
+    watch.start()
+    try:
+        assert ended.wait(10)
+    finally:
+        watch.stop()
+    assert calls[:1] == ["save"] and codes[:1] == [2]
+    assert "rank 0 failed: NaN in sample 5; its progress is saved in ck" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -148,8 +149,11 @@ def accumulate(
     threads: int = 1,
     on_sample: Callable[[int], None] | None = None,
     into: RunMoments | None = None,
+    guard: AbstractContextManager | None = None,
 ) -> RunMoments:
-    """Merge the accumulators of ``indices`` (in any order; the result is exact)."""
+    """Merge the accumulators of ``indices`` (in any order; the result is exact).
+    Each merge and its ``on_sample`` run under ``guard`` (a checkpoint's lock:
+    outside it the accumulator matches the samples reported)."""
     total = into if into is not None else empty_accumulator(source)
     indices = list(indices)
     ahead = max(1, threads)
@@ -159,9 +163,10 @@ def accumulate(
             source.prefetch(indices[position])
 
     def merged(index: int, acc: RunMoments) -> None:
-        total.merge(acc)
-        if on_sample:
-            on_sample(index)
+        with guard if guard is not None else nullcontext():
+            total.merge(acc)
+            if on_sample:
+                on_sample(index)
 
     if threads <= 1:
         hint(0)

@@ -18,6 +18,7 @@ import json
 import os
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -59,6 +60,10 @@ class World(Protocol):
         ...
 
     def raise_if_failed(self) -> None: ...
+
+    def on_forced_exit(self, save: Callable[[], str]) -> None:
+        """``save`` runs before a watchdog ends this process (its main thread stuck)."""
+        ...
 
     def allreduce(self, acc: RunMoments) -> RunMoments:
         """The exact merge of every rank's accumulator, on every rank."""
@@ -104,6 +109,9 @@ class Solo:
 
     def raise_if_failed(self) -> None:
         pass
+
+    def on_forced_exit(self, save: Callable[[], str]) -> None:
+        pass  # one process: no watchdog ends it
 
     def allreduce(self, acc: RunMoments) -> RunMoments:
         return acc
@@ -181,6 +189,7 @@ class Job:
         self.show_progress = show_progress and self.rank == 0
         self.store: Any = None
         self.monitor: Monitor | None = None
+        self._before_forced_exit: Callable[[], str] | None = None
         self._progress: ProgressReporter | None = None
         self._totals: tuple[int, int] | None = None
         self._identity = 0
@@ -217,8 +226,15 @@ class Job:
         self.store = dist.PrefixStore(f"wxstats/{attempt}/", store)
         self.monitor = Monitor(
             self.store, self.rank, self.world_size, self.timeout, self.where, self._show
-        ).start()
+        )
+        self.monitor.before_forced_exit = self._before_forced_exit
+        self.monitor.start()
         return self
+
+    def on_forced_exit(self, save: Callable[[], str]) -> None:
+        self._before_forced_exit = save
+        if self.monitor is not None:
+            self.monitor.before_forced_exit = save
 
     def close(self, code: int) -> None:
         """Leave the job; rank 0 (which may host the store) leaves last."""

@@ -65,6 +65,9 @@ class Monitor:
         self._stop = threading.Event()
         self._failed_at: float | None = None
         self._lock = threading.Lock()  # progress pushes come from two threads
+        self.before_forced_exit: Callable[[], str] | None = None
+        """Called by the watchdog before it ends a stuck process (a checkpoint's
+        save); returns words for the last line."""
         watched = list(range(1, world_size)) if rank == 0 else [0]
         self._beat = {r: (-1, time.monotonic()) for r in watched}
         self._thread = threading.Thread(target=self._watch, name="wxstats-monitor", daemon=True)
@@ -145,9 +148,10 @@ class Monitor:
                 elif time.monotonic() - self._failed_at > self.timeout:
                     # the main thread is stuck (e.g. in a hung read): end the process
                     rank, message, code = self.failure
+                    saved = self.before_forced_exit() if self.before_forced_exit else ""
                     print(
                         f"wxstats: error: rank {self.rank}: stopping, rank {rank} failed: "
-                        f"{message}",
+                        f"{message}{saved}",
                         file=sys.stderr,
                         flush=True,
                     )

@@ -31,13 +31,13 @@ from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.runtime import preload
-from wxstats.runtime.checkpoint import Resumable, resume_hint
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.grow import Growth
 from wxstats.runtime.job import ProgressSettings, Solo, World
 from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import check_outputs, open_source, write_outputs
+from wxstats.runtime.resumable import Resumable, resume_hint
 from wxstats.sources.base import Source, sample_sizes
 
 
@@ -94,9 +94,19 @@ def compute_source(
     mine = [todo[i] for i in partition(len(todo), world.rank, world.world_size)]
     acc = empty_accumulator(source)
     tracking = checkpoint.tracking(acc, on_sample) if checkpoint else nullcontext(on_sample)
+    guard = checkpoint.merging if checkpoint else None
+    if checkpoint is not None:
+        world.on_forced_exit(checkpoint.save_if_consistent)
     with tracking as after_sample:
         accumulate(
-            source, mine, refs, skipna=skipna, threads=threads, on_sample=after_sample, into=acc
+            source,
+            mine,
+            refs,
+            skipna=skipna,
+            threads=threads,
+            on_sample=after_sample,
+            into=acc,
+            guard=guard,
         )
         if checkpoint is not None:
             checkpoint.finish()
