@@ -158,6 +158,12 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     z.add_argument("--time-dim", default="time", help="the time dimension (default: time)")
     z.add_argument(
+        "--by",
+        choices=("month", "hour"),
+        help="a climatology: mean, std, extremes and differences per month of the year "
+        "(or hour of the day) of each split, along a month (hour) dimension, in one pass",
+    )
+    z.add_argument(
         "--diff-steps",
         type=steps,
         metavar="K,...",
@@ -290,6 +296,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         dataset=args.dataset,
         splits=tuple(args.split or ()),
         period=args.period,
+        by=args.by,
         variables=args.variables,
         time_dim=args.time_dim,
         diff_steps=args.diff_steps,

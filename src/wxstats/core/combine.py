@@ -140,17 +140,20 @@ class Moments:
         minimum: np.ndarray | None = None,
         maximum: np.ndarray | None = None,
         nan_count: np.ndarray | None = None,
+        at: int = 0,
     ) -> None:
-        """Add the finite unit sums (units, F) of a block (see :func:`unit_sums`)."""
-        self.count += np.asarray(count, dtype=np.int64)
-        self.sum1 = self.sum1 + exact_sum(sums1).sum(axis=0)
-        self.sum2 = self.sum2 + exact_sum(sums2).sum(axis=0)
+        """Add the finite unit sums (units, F) of a block (see :func:`unit_sums`)
+        to features ``at .. at + F`` (a group of a climatology, else all)."""
+        f = slice(at, at + int(np.shape(count)[0]))
+        self.count[f] += np.asarray(count, dtype=np.int64)
+        self.sum1[f] = self.sum1[f] + exact_sum(sums1).sum(axis=0)
+        self.sum2[f] = self.sum2[f] + exact_sum(sums2).sum(axis=0)
         if minimum is not None:
-            np.minimum(self.minimum, minimum, out=self.minimum)
+            np.minimum(self.minimum[f], minimum, out=self.minimum[f])
         if maximum is not None:
-            np.maximum(self.maximum, maximum, out=self.maximum)
+            np.maximum(self.maximum[f], maximum, out=self.maximum[f])
         if nan_count is not None:
-            self.nan_count += np.asarray(nan_count, dtype=np.int64)
+            self.nan_count[f] += np.asarray(nan_count, dtype=np.int64)
 
     def merge(self, other: Moments) -> None:
         """Add ``other`` into ``self`` (exact, order-independent)."""
@@ -223,10 +226,11 @@ class StreamMoments:
             Moments.create(n_features), {k: Moments.create(n_features) for k in steps}
         )
 
-    def add(self, sums: BlockSums, per_step: bool) -> None:
-        """Add a block's per-step sums. Raises :class:`NonFiniteSums`, before
-        changing anything, when a unit's sum is not finite (the values span too
-        wide a range for float64 sums)."""
+    def add(self, sums: BlockSums, per_step: bool, at: int = 0) -> None:
+        """Add a block's per-step sums (to features from ``at``: a climatology's
+        group). Raises :class:`NonFiniteSums`, before changing anything, when a
+        unit's sum is not finite (the values span too wide a range for float64
+        sums); its features count from ``at``."""
         parts = [(sums.step_sum1, sums.step_sum2)]
         parts += [(sums.diff_step_sum1[k], sums.diff_step_sum2[k]) for k in sorted(self.diffs)]
         units = [(unit_sums(a, per_step), unit_sums(b, per_step)) for a, b in parts]
@@ -238,12 +242,17 @@ class StreamMoments:
             }
         )
         if bad:
-            raise NonFiniteSums([int(f) for f in bad])
+            raise NonFiniteSums([at + int(f) for f in bad])
         (v1, v2), *diff_units = units
-        self.values.add(sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count)
+        self.values.add(sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count, at)
         for k, (d1, d2) in zip(sorted(self.diffs), diff_units, strict=True):
             self.diffs[k].add(
-                sums.diff_count[k], d1, d2, sums.diff_minimum.get(k), sums.diff_maximum.get(k)
+                sums.diff_count[k],
+                d1,
+                d2,
+                sums.diff_minimum.get(k),
+                sums.diff_maximum.get(k),
+                at=at,
             )
 
     def merge(self, other: StreamMoments) -> None:
@@ -277,8 +286,8 @@ class RunMoments:
             }
         )
 
-    def add(self, stream: str, sums: BlockSums, per_step: bool) -> None:
-        self.streams[stream].add(sums, per_step)
+    def add(self, stream: str, sums: BlockSums, per_step: bool, at: int = 0) -> None:
+        self.streams[stream].add(sums, per_step, at)
 
     def merge(self, other: RunMoments) -> None:
         for name, stream in other.streams.items():
@@ -326,7 +335,9 @@ class RunMoments:
             moments = self.streams[spec.name]
             values = moments.values
             for f, name in enumerate(spec.features):
-                if values.count[f] == 0:
+                # no value at all (a climatology's month without data) is NaN;
+                # only NaN values are unusable
+                if values.count[f] == 0 and values.nan_count[f] > 0:
                     raise InputError(
                         f"variable {name} ({spec.name}): no finite values in the whole split "
                         f"({int(values.nan_count[f])} NaN); nothing to standardize with"
@@ -362,8 +373,8 @@ class RunMoments:
                 mean=mean,
                 std=std,
                 count=values.count.copy(),
-                minimum=values.minimum.copy(),
-                maximum=values.maximum.copy(),
+                minimum=np.where(values.count > 0, values.minimum, np.nan),
+                maximum=np.where(values.count > 0, values.maximum, np.nan),
                 nan_count=values.nan_count.copy(),
                 diff=diff,
                 long_names=list(spec.long_names),

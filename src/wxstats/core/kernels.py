@@ -57,6 +57,10 @@ class Block:
     channels: np.ndarray  # int64 (F,) indices into C
     value_range: tuple[int, int]
     diff_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    groups: np.ndarray | None = None
+    """Group of each time row (a climatology, ``--by``): a row's values and the
+    differences ending at it go to the features of its group (group ``g`` of
+    ``C`` channels: features ``g*C .. g*C + C``)."""
 
 
 @dataclass

@@ -56,6 +56,13 @@ def _reference(rows, n_features: int) -> Reference:
     return ref
 
 
+def _tiled(ref: Reference, n: int) -> Reference:
+    """The channels' reference repeated for each group of a climatology (``n``
+    features: groups times channels); itself otherwise."""
+    reps = n // ref.shift.shape[0]
+    return ref if reps == 1 else Reference(np.tile(ref.shift, reps), np.tile(ref.scale, reps))
+
+
 def references(source: Source) -> dict[str, StreamReference]:
     """Shifts and scales from the first time step (the first pair, for each
     difference step) of each stream's reference block: the same on every rank,
@@ -65,9 +72,10 @@ def references(source: Source) -> dict[str, StreamReference]:
     for spec in source.streams:
         block = blocks[spec.name]
         n = len(block.channels)
+        total = len(spec.features)  # a climatology: the channels once per group
         refs[spec.name] = StreamReference(
-            values=_reference(_values(block), n),
-            diffs={k: _reference(_pairs(block, k), n) for k in spec.diff_steps},
+            values=_tiled(_reference(_values(block), n), total),
+            diffs={k: _tiled(_reference(_pairs(block, k), n), total) for k in spec.diff_steps},
         )
     return refs
 
@@ -76,8 +84,11 @@ def empty_accumulator(source: Source) -> RunMoments:
     return RunMoments.create(source.streams)
 
 
-def _refuse_bad_values(where: str, spec: StreamSpec, sums: BlockSums, skipna: bool) -> None:
-    for f, name in enumerate(spec.features):
+def _refuse_bad_values(
+    where: str, spec: StreamSpec, sums: BlockSums, skipna: bool, at: int = 0
+) -> None:
+    for f in range(sums.inf_count.shape[0]):
+        name = spec.features[at + f]
         if sums.inf_count[f]:
             raise InputError(
                 f"{where}: variable {name}: {int(sums.inf_count[f])} infinite values; "
@@ -107,23 +118,60 @@ def blocks_accumulator(
         if spec.name not in blocks:
             continue
         ref = refs[spec.name]
-        sums = block_sums(
-            blocks[spec.name],
-            ref.values.shift,
-            ref.values.scale,
-            {k: r.shift for k, r in ref.diffs.items()},
-            {k: r.scale for k, r in ref.diffs.items()},
-        )
-        _refuse_bad_values(where, spec, sums, skipna)
-        try:
-            acc.add(spec.name, sums, per_step)
-        except NonFiniteSums as exc:
-            bad = ", ".join(spec.features[f] for f in exc.features)
-            raise InputError(
-                f"{where}: variable(s) {bad}: values span too wide a range for float64 "
-                "sums (relative to the first time step of the first sample)"
-            ) from None
+        for block, at in group_runs(blocks[spec.name]):
+            part = slice(at, at + len(block.channels))
+            sums = block_sums(
+                block,
+                ref.values.shift[part],
+                ref.values.scale[part],
+                {k: r.shift[part] for k, r in ref.diffs.items()},
+                {k: r.scale[part] for k, r in ref.diffs.items()},
+            )
+            _refuse_bad_values(where, spec, sums, skipna, at)
+            try:
+                acc.add(spec.name, sums, per_step, at)
+            except NonFiniteSums as exc:
+                bad = ", ".join(spec.features[f] for f in exc.features)
+                raise InputError(
+                    f"{where}: variable(s) {bad}: values span too wide a range for float64 "
+                    "sums (relative to the first time step of the first sample)"
+                ) from None
     return acc
+
+
+def group_runs(block: Block) -> list[tuple[Block, int]]:
+    """A block as (block, first feature) pieces: itself, or for a climatology
+    (``block.groups``) one piece per run of time rows of one group, each
+    counting its rows' values and the differences ending at them. Every time
+    step is summed on its own either way (the zarr/netCDF summation unit), so
+    cutting changes no bit."""
+    if block.groups is None:
+        return [(block, 0)]
+    ranges = [r for r in (block.value_range, *block.diff_ranges.values()) if r[0] < r[1]]
+    lo = min((a for a, _ in ranges), default=0)
+    hi = max((b for _, b in ranges), default=0)
+    width = len(block.channels)
+    out = []
+    t = lo
+    while t < hi:
+        g = block.groups[t]
+        end = t + 1
+        while end < hi and block.groups[end] == g:
+            end += 1
+
+        def cut(r: tuple[int, int], t0: int = t, t1: int = end) -> tuple[int, int]:
+            a, b = max(r[0], t0), min(r[1], t1)
+            return (a, b) if a < b else (0, 0)
+
+        piece = Block(
+            block.array,
+            block.channels,
+            cut(block.value_range),
+            {k: cut(r) for k, r in block.diff_ranges.items()},
+        )
+        out.append((piece, int(g) * width))
+        t = end
+    return out
 
 
 def sample_accumulator(

@@ -34,6 +34,8 @@ class ComputeOptions:
     """zarr/netCDF: ``NAME=START/END`` intervals, or an mllam-data-prep store's split names."""
     step_length: int | None = None
     period: str | None = None
+    by: str | None = None
+    """A climatology: ``month`` or ``hour`` (statistics per group of time steps)."""
     """``START/END``: the statistics use only these times (every split cut to them)."""
     variables: tuple[str, ...] | None = None
     time_dim: str = "time"

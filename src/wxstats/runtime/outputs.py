@@ -60,12 +60,18 @@ def open_source(options: ComputeOptions) -> Source:
             "--min-std floors what neural-lam divides by: neural-lam's static files, or an "
             "mllam-data-prep store with --write-into; a statistics file keeps the true std"
         )
+    if options.by and (options.write_into or options.output_format != "netcdf"):
+        raise WxstatsError(
+            f"--by {options.by}: a climatology is written to a statistics file (--output, "
+            "--summary), not with --write-into or --format graphcast"
+        )
     block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
     return XarraySource(
         options.dataset,
         XarrayOptions(
             splits=options.splits,
             period=options.period,
+            by=options.by,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -86,6 +92,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--output": options.output,
         "--write-into": options.write_into,
         "--format": options.output_format != "netcdf",
+        "--by": options.by,
         "--block-mb": options.block_mb,
         "--storage-option": options.storage_options,
     }

@@ -270,6 +270,11 @@ def check_source(source: Source, what: str) -> None:
             f"{where}: {what} is for zarr/netCDF datasets (a neural-lam datastore is summed "
             "per sample, not per time step)"
         )
+    if getattr(source, "groups", None):
+        raise WxstatsError(
+            f"{source.path}: {what} does not keep climatologies (--by) yet; compute them "
+            "without a state"
+        )
     if len(source.splits) != 1:
         names = ", ".join(s.name for s in source.splits)
         raise WxstatsError(

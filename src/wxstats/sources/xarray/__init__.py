@@ -44,6 +44,7 @@ from wxstats.sources.xarray.timeaxis import (
     mdp_splits,
     resolve_splits,
     restrict_to_period,
+    time_groups,
     time_values,
     where_in,
 )
@@ -68,6 +69,7 @@ class XarrayOptions:
     storage_options: tuple[tuple[str, Any], ...] = ()
     io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
     period: str | None = None  # --period START/END: the statistics' time steps, in every split
+    by: str | None = None  # --by month|hour: a climatology, statistics per group of time steps
 
 
 class XarraySource:
@@ -128,7 +130,13 @@ class XarraySource:
             self.options.block_bytes,
             max(self.diff_steps),
         )
-        self.streams = stream_specs(self.vars, self.splits, self.diff_steps)
+        self.groups = time_groups(self.options.by, self.times, self.splits, self.path)
+        self.streams = stream_specs(
+            self.vars,
+            self.splits,
+            self.diff_steps,
+            (self.groups[0], self.groups[1]) if self.groups else None,
+        )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
 
@@ -173,6 +181,7 @@ class XarraySource:
                 for s in self.splits
             ),
             **({"statistics_period": self._period_text()} if self.options.period else {}),
+            **({"climatology": f"by {self.options.by}"} if self.options.by else {}),
             "diff_steps": ",".join(map(str, self.diff_steps)),
             "variables": ",".join(v.name for v in self.vars),
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
@@ -240,8 +249,9 @@ class XarraySource:
                 for k in self.diff_steps:
                     d0 = max(b0, split.start + k)
                     diffs[k] = (d0 - r0, hi - r0) if d0 < hi else (0, 0)
+                groups = self.groups[2][r0:b1] if self.groups else None
                 out[f"{v.name}__{split.name}"] = Block(
-                    arrays[v.name], self._channels(v), values, diffs
+                    arrays[v.name], self._channels(v), values, diffs, groups
                 )
         return out
 

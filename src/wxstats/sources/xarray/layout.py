@@ -211,22 +211,36 @@ def plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def stream_specs(
-    variables: list[Variable], splits: list[Split], steps: tuple[int, ...]
+    variables: list[Variable],
+    splits: list[Split],
+    steps: tuple[int, ...],
+    groups: tuple[str, list[int]] | None = None,
 ) -> list[StreamSpec]:
     """One stream per (split, variable), named ``{variable}__{split}``, laid out
-    for ``{variable}__{split}__{op}`` files."""
+    for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
+    dimension and its values, e.g. ``month``, 1..12) leads the features of every
+    variable with time: ``t2m__train__mean`` along ``(month, level)``."""
     streams = []
     for split in splits:
         for v in variables:
+            dims, shape, coords = v.feature_dims, v.feature_shape, v.coords
+            features, units, long_names = v.features, v.units, v.long_names
+            if groups is not None and v.has_time:
+                dim, values = groups
+                dims, shape = (dim, *dims), (len(values), *shape)
+                coords = {dim: ((dim,), np.asarray(values, dtype=np.int64)), **coords}
+                features = [f"{f}_{dim}{g:02d}" for g in values for f in v.features]
+                units = [u for _ in values for u in v.units]
+                long_names = [f"{n} ({dim} {g})" for g in values for n in v.long_names]
             layout = StreamLayout(
                 prefix=v.name,
                 split=split.name,
-                feature_dims=v.feature_dims,
-                feature_shape=v.feature_shape,
-                coords=v.coords,
+                feature_dims=dims,
+                feature_shape=shape,
+                coords=coords,
                 category=v.category,
             )
             name = f"{v.name}__{split.name}"
             diff_steps = steps if v.has_time else ()
-            streams.append(StreamSpec(name, v.features, v.units, diff_steps, v.long_names, layout))
+            streams.append(StreamSpec(name, features, units, diff_steps, long_names, layout))
     return streams

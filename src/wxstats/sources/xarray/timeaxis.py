@@ -325,3 +325,33 @@ def restrict_to_period(
             )
         out.append(Split(split.name, lo, hi, split.label))
     return out
+
+
+GROUPINGS = ("month", "hour")
+
+
+def time_groups(
+    by: str | None, times: np.ndarray, splits: list[Split], path: str
+) -> tuple[str, list[int], np.ndarray] | None:
+    """A climatology's groups (``--by month``: 1..12, ``--by hour``: 0..23),
+    those present in the splits' times (the same along every split), and the
+    group index of every time step; ``None`` without ``--by``."""
+    if by is None:
+        return None
+    if by not in GROUPINGS:
+        raise InputError(f"--by {by!r}: expected one of {', '.join(GROUPINGS)}")
+    if times.dtype.kind != "M":
+        raise InputError(
+            f"{path}: --by {by} needs datetime64 times (this axis holds {times.dtype})"
+        )
+    import pandas as pd
+
+    index = pd.DatetimeIndex(times)
+    keys = np.asarray(index.month if by == "month" else index.hour, dtype=np.int64)
+    used = np.zeros(keys.shape[0], dtype=bool)
+    for split in splits:
+        used[split.start : split.stop] = True
+    values = sorted(set(keys[used].tolist()))
+    position = {k: i for i, k in enumerate(values)}
+    group = np.array([position.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+    return by, values, group
