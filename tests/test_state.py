@@ -20,6 +20,7 @@ from gridded_data import assert_stream_matches, gridded, reference, write_zarr
 
 from wxstats.cli import main
 from wxstats.io.read import read_stats
+from wxstats.runtime.state import State
 
 STEPS = ["--diff-steps", "1,3,6", "--quiet"]
 RANGES = {"a": slice(0, 20), "b": slice(20, 35), "c": slice(35, 50)}
@@ -133,6 +134,7 @@ def test_first_range_alone_matches_its_reference(data):
         )
 
 
+@pytest.mark.slow  # starts ranks
 def test_update_with_two_processes(data, tmp_path, monkeypatch):
     root, _ = data
     monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
@@ -529,3 +531,21 @@ def test_float_time_axis_joins_despite_rounding(tmp_path):
         == 0
     )
     assert values(up) == values(tmp_path / "all.nc")
+
+
+@pytest.mark.slow
+def test_state_from_three_processes_is_the_same_state(data, tmp_path, monkeypatch):
+    """The state a 3-rank run writes holds the same sums as the 1-process one,
+    and grows into the full run's bytes."""
+    root, _ = data
+    monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])
+    three = tmp_path / "a3.wxstate"
+    args = ["compute", str(root / "a.zarr"), "--state", str(three), "--nproc", "3"]
+    assert main([*args, "--output", str(tmp_path / "a3.nc"), "--block-mb", "0.001", *STEPS]) == 0
+    one, many = State.read(str(root / "a.wxstate")), State.read(str(three))
+    assert all(np.array_equal(x, y) for x, y in zip(one.acc.pack(), many.acc.pack(), strict=True))
+    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.nc"
+    assert main(["update", str(three), str(root / "b.zarr"), "--state", str(ab), "--quiet"]) == 0
+    out = ["--output", str(abc), "--nproc", "3", "--quiet"]
+    assert main(["update", str(ab), str(root / "c.nc"), *out]) == 0
+    assert values(abc) == values(root / "full.nc")
