@@ -93,7 +93,7 @@ def test_default_output_file_and_overwrite(store, tmp_path, capsys):
         (["--block-mb", "nan"], "--block-mb: expects a finite number > 0"),
         (["--block-mb", "inf"], "--block-mb: expects a finite number > 0"),
         (["--timeout", "-5", "--nproc", "2"], "--timeout: expects a finite number > 0"),
-        (["--log-interval", "-1"], "--log-interval: expects a finite number > 0"),
+        (["--log-interval", "-1"], "--log-interval: expected seconds >= 0"),
         (["--level-weights", "2=1"], "--level-weights is for neural-lam datastores"),
         (["--min-std", "1e-6"], "--min-std floors what neural-lam divides by"),
     ],

@@ -144,7 +144,7 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--log-interval",
-        type=positive_float,
+        type=seconds,
         default=30.0,
         metavar="SECONDS",
         help="seconds between progress lines when there is no terminal (default 30)",

@@ -28,6 +28,7 @@ import numpy as np
 from wxstats.core.combine import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch
+from wxstats.runtime.liveness import Liveness
 from wxstats.runtime.monitor import Monitor
 from wxstats.runtime.progress import ProgressReporter
 
@@ -189,6 +190,7 @@ class Job:
         self.show_progress = show_progress and self.rank == 0
         self.store: Any = None
         self.monitor: Monitor | None = None
+        self.liveness: Liveness | None = None
         self._before_forced_exit: Callable[[], str] | None = None
         self._progress: ProgressReporter | None = None
         self._totals: tuple[int, int] | None = None
@@ -229,6 +231,19 @@ class Job:
         )
         self.monitor.before_forced_exit = self._before_forced_exit
         self.monitor.start()
+        try:
+            self.liveness = Liveness(
+                self.store,
+                self.rank,
+                self.world_size,
+                self.launch.master_addr,
+                self.monitor.connection_lost,
+            ).start()
+        except (OSError, RuntimeError) as exc:
+            raise WxstatsError(
+                f"rank {self.rank}: could not open the liveness connection of the job at "
+                f"{self.where}: {exc}"
+            ) from None
         return self
 
     def on_forced_exit(self, save: Callable[[], str]) -> None:
@@ -253,6 +268,8 @@ class Job:
                 self.store.add("left", 1)
         except Exception:  # noqa: BLE001 - the store may be gone: nothing to tell
             pass
+        if self.liveness is not None:
+            self.liveness.stop()
         if self.monitor is not None:
             self.monitor.stop()
         self._close_progress(success=code == 0)
@@ -267,6 +284,7 @@ class Job:
     def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
         self._totals = (len(sizes), sum(sizes))
         self._identity = _fingerprint(identity)
+        self.monitor.begin_share()
         if self.show_progress:
             self._progress = ProgressReporter(
                 len(sizes),
@@ -304,6 +322,7 @@ class Job:
         import torch
         import torch.distributed as dist
 
+        self.monitor.end_share()
         self.monitor.push_progress()
         self.store.add("ready", 1)
         self.monitor.wait_for("ready", self.world_size)

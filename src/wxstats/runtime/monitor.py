@@ -6,9 +6,13 @@ publishes progress and a heartbeat each second and looks for failure reports.
 A rank that fails publishes the reason; the others stop at their next sample
 (:meth:`Monitor.raise_if_failed`) with a message naming that rank. A rank that
 dies without a word stops its heartbeat and is declared failed after
-``timeout`` seconds; ``--nproc``, ``torchrun`` and Slurm notice a dead process
-sooner. A rank that cannot stop within ``timeout`` seconds of a failure (stuck
-in a read) is ended by its monitor.
+``timeout`` seconds; a process that ends is noticed at once through its
+liveness connection (:mod:`.liveness`). A rank whose heartbeat goes on while
+its work stands still (stuck in a read) declares itself failed after the stall
+limit: ``max(timeout, STALL_FACTOR x its slowest sample so far)`` (the first
+sample, which holds the start-up, not counted). A rank that
+cannot stop within ``timeout`` seconds of a failure is ended by its monitor.
+Every message names the rank and its host.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from wxstats.core.errors import WxstatsError
 
 HEARTBEAT_S = 1.0
 """How often each rank's monitor publishes progress and checks for failures."""
+STALL_FACTOR = 4.0
+"""A rank without progress for this many times its slowest sample (and at least
+``timeout``) is stuck."""
 
 
 class JobStopped(WxstatsError):
@@ -68,13 +75,52 @@ class Monitor:
         self.before_forced_exit: Callable[[], str] | None = None
         """Called by the watchdog before it ends a stuck process (a checkpoint's
         save); returns words for the last line."""
+        self.hosts: dict[int, str] = {}
+        self.busy = False  # between the start of its share and its end
+        self._last_progress = time.monotonic()
+        self._slowest = 0.0
         watched = list(range(1, world_size)) if rank == 0 else [0]
         self._beat = {r: (-1, time.monotonic()) for r in watched}
         self._thread = threading.Thread(target=self._watch, name="wxstats-monitor", daemon=True)
 
     def start(self) -> Monitor:
+        import socket
+
+        self.store.set(f"host/{self.rank}", socket.gethostname())
         self._thread.start()
         return self
+
+    def describe(self, rank: int) -> str:
+        """``rank N on HOST`` (the host once known: every rank publishes it)."""
+        if rank not in self.hosts:
+            try:
+                if self.store.check([f"host/{rank}"]):
+                    self.hosts[rank] = self.store.get(f"host/{rank}").decode()
+            except Exception:  # noqa: BLE001 - the store gone: the rank alone
+                pass
+        host = self.hosts.get(rank)
+        return f"rank {rank} on {host}" if host else f"rank {rank}"
+
+    def begin_share(self) -> None:
+        """This rank starts its samples: from now on no progress is a stall."""
+        self._last_progress = time.monotonic()
+        self.busy = True
+
+    def end_share(self) -> None:
+        """This rank's samples are done: waiting for the others is no stall."""
+        self.busy = False
+
+    def stall_limit(self) -> float:
+        return max(self.timeout, STALL_FACTOR * self._slowest)
+
+    def connection_lost(self, rank: int) -> None:
+        """``rank``'s liveness connection closed (see :mod:`.liveness`)."""
+        self.dead.add(rank)
+        self.publish_failure(
+            rank,
+            "its connection closed: the process ended (killed, out of memory, or its node failed)",
+            1,
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -84,6 +130,10 @@ class Monitor:
     # -- what the main thread tells ----------------------------------------------
     def count(self, nbytes: int) -> None:
         """A sample is done: count it, stop if asked."""
+        now = time.monotonic()
+        if self.samples_done:  # the first also holds the start-up (kernel load, references)
+            self._slowest = max(self._slowest, now - self._last_progress)
+        self._last_progress = now
         self.samples_done += 1
         self.bytes_done += nbytes
         self.raise_if_failed()
@@ -91,7 +141,7 @@ class Monitor:
     def raise_if_failed(self) -> None:
         if self.failure is not None:
             rank, message, code = self.failure
-            raise JobStopped(f"rank {rank} failed: {message}", code)
+            raise JobStopped(f"{self.describe(rank)} failed: {message}", code)
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:
         """Tell every rank that ``rank`` failed (the first failure wins the message)."""
@@ -150,8 +200,8 @@ class Monitor:
                     rank, message, code = self.failure
                     saved = self.before_forced_exit() if self.before_forced_exit else ""
                     print(
-                        f"wxstats: error: rank {self.rank}: stopping, rank {rank} failed: "
-                        f"{message}{saved}",
+                        f"wxstats: error: rank {self.rank}: stopping, {self.describe(rank)} "
+                        f"failed: {message}{saved}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -165,6 +215,14 @@ class Monitor:
             first = json.loads(store.get("first_error"))
             self.failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
         now = time.monotonic()
+        stalled = now - self._last_progress
+        if self.busy and self.failure is None and stalled > self.stall_limit():
+            self.publish_failure(
+                self.rank,
+                f"no progress for {stalled:.0f} s while its heartbeat went on (stuck in a "
+                f"read?; the limit is max(--timeout, {STALL_FACTOR:g} x its slowest sample))",
+                1,
+            )
         for r in list(self._beat):
             count = store.add(f"hb/{r}", 0)
             last, since = self._beat[r]
