@@ -59,7 +59,8 @@ def seam(earlier: State, later: State) -> RunMoments:
             lo, hi = max(n_t, k), min(n_t + k, n_t + n_h)
             diffs[k] = (lo, hi) if lo < hi else (0, 0)
         channels = np.arange(array.shape[2], dtype=np.int64)
-        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs)
+        groups = _edge_groups(earlier, later, n_t, n_h)
+        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups)
     where = f"{later.name}: the differences across the start of {later.coverage.text}"
     return blocks_accumulator(
         earlier.specs,
@@ -69,6 +70,21 @@ def seam(earlier: State, later: State) -> RunMoments:
         skipna=earlier.identity["skipna"],
         per_step=True,
     )
+
+
+def _edge_groups(earlier: State, later: State, n_t: int, n_h: int) -> np.ndarray | None:
+    """A climatology's group of each step of ``earlier``'s tail then ``later``'s head."""
+    by = earlier.identity.get("by")
+    if not by:
+        return None
+    from wxstats.sources.xarray.timeaxis import group_index
+
+    a, b = earlier.coverage, later.coverage
+    step = int(a.step if a.step is not None else (b.step or 0))
+    ns = [a.last - step * (n_t - 1 - i) for i in range(n_t)] + [
+        b.first + step * i for i in range(n_h)
+    ]
+    return group_index(by, np.array(ns, dtype=np.int64).astype("datetime64[ns]"))
 
 
 def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:

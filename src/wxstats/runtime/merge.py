@@ -37,6 +37,7 @@ def update_options(base_state: str | Path, dataset: str, **options: Any) -> Comp
         "diff_steps": tuple(ident["diff_steps"]),
         "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
         "skipna": bool(ident["skipna"]),
+        "by": ident.get("by"),
     }
     storage = options.get("storage_options", ())
     probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))

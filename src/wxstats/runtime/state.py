@@ -259,6 +259,7 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
         ],
         "diff_steps": list(source.diff_steps),
         "skipna": bool(skipna),
+        "by": source.options.by,
     }
 
 
@@ -269,11 +270,6 @@ def check_source(source: Source, what: str) -> None:
         raise WxstatsError(
             f"{where}: {what} is for zarr/netCDF datasets (a neural-lam datastore is summed "
             "per sample, not per time step)"
-        )
-    if getattr(source, "groups", None):
-        raise WxstatsError(
-            f"{source.path}: {what} does not keep climatologies (--by) yet; compute them "
-            "without a state"
         )
     if len(source.splits) != 1:
         names = ", ".join(s.name for s in source.splits)
@@ -297,6 +293,7 @@ def describe_mismatch(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
         ("split", "split name"),
         ("diff_steps", "difference steps"),
         ("skipna", "--skipna"),
+        ("by", "--by"),
     ):
         if a.get(key) != b.get(key):
             out.append(f"{what} {a.get(key)!r} vs {b.get(key)!r}")

@@ -130,7 +130,7 @@ class XarraySource:
             self.options.block_bytes,
             max(self.diff_steps),
         )
-        self.groups = time_groups(self.options.by, self.times, self.splits, self.path)
+        self.groups = time_groups(self.options.by, self.times, self.path)
         self.streams = stream_specs(
             self.vars,
             self.splits,

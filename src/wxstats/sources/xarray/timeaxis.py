@@ -330,11 +330,26 @@ def restrict_to_period(
 GROUPINGS = ("month", "hour")
 
 
+def group_values(by: str) -> list[int]:
+    """The groups of a climatology: months 1..12, or hours 0..23 (all of them,
+    so that files and states of any period share one layout)."""
+    return list(range(1, 13)) if by == "month" else list(range(24))
+
+
+def group_index(by: str, times: np.ndarray) -> np.ndarray:
+    """The group (an index into :func:`group_values`) of each datetime64 time."""
+    import pandas as pd
+
+    index = pd.DatetimeIndex(times)
+    if by == "month":
+        return np.asarray(index.month, dtype=np.int64) - 1
+    return np.asarray(index.hour, dtype=np.int64)
+
+
 def time_groups(
-    by: str | None, times: np.ndarray, splits: list[Split], path: str
+    by: str | None, times: np.ndarray, path: str
 ) -> tuple[str, list[int], np.ndarray] | None:
-    """A climatology's groups (``--by month``: 1..12, ``--by hour``: 0..23),
-    those present in the splits' times (the same along every split), and the
+    """A climatology (``--by month|hour``): the dimension, its values and the
     group index of every time step; ``None`` without ``--by``."""
     if by is None:
         return None
@@ -344,14 +359,4 @@ def time_groups(
         raise InputError(
             f"{path}: --by {by} needs datetime64 times (this axis holds {times.dtype})"
         )
-    import pandas as pd
-
-    index = pd.DatetimeIndex(times)
-    keys = np.asarray(index.month if by == "month" else index.hour, dtype=np.int64)
-    used = np.zeros(keys.shape[0], dtype=bool)
-    for split in splits:
-        used[split.start : split.stop] = True
-    values = sorted(set(keys[used].tolist()))
-    position = {k: i for i, k in enumerate(values)}
-    group = np.array([position.get(k, -1) for k in keys.tolist()], dtype=np.int64)
-    return by, values, group
+    return by, group_values(by), group_index(by, times)
