@@ -12,6 +12,7 @@ from gridded_data import gridded, write_zarr
 
 from reference import assert_close
 from wxstats.cli import main
+from wxstats.io.read import read_stats
 from wxstats.runtime.run import compute
 
 STEPS = (1, 3)
@@ -93,8 +94,12 @@ def test_block_size_never_changes_a_bit(store):
 
 def test_statistics_file_has_the_group_dimension(store, tmp_path):
     path, _, _ = store
-    out = tmp_path / "c.nc"
-    assert main(["compute", str(path), "--by", "month", "--output", str(out), "--quiet"]) == 0
+    out, summary = tmp_path / "c.nc", tmp_path / "c.json"
+    args = ["compute", str(path), "--by", "month", "--output", str(out), "--summary", str(summary)]
+    assert main([*args, "--quiet"]) == 0
+    # the features are named as the file's reader names them: compare sees every value
+    assert read_stats(out).streams["z__train"].features[:3] == ["z_1_500", "z_1_850", "z_2_500"]
+    assert main(["compare", str(out), str(summary)]) == 0
     with xr.open_dataset(out) as ds:
         assert ds["t2m__train__mean"].dims == ("month",)
         assert ds["z__train__std"].dims == ("month", "level")

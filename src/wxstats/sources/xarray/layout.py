@@ -229,7 +229,13 @@ def stream_specs(
                 dim, values = groups
                 dims, shape = (dim, *dims), (len(values), *shape)
                 coords = {dim: ((dim,), np.asarray(values, dtype=np.int64)), **coords}
-                features = [f"{f}_{dim}{g:02d}" for g in values for f in v.features]
+                # named as a file's reader names them: the group label first
+                prefixed = not any(d.endswith("_feature") for d in v.feature_dims)
+                features = [
+                    f"{v.name}_{g}{f[len(v.name) :]}" if prefixed else f"{g}_{f}"
+                    for g in values
+                    for f in v.features
+                ]
                 units = [u for _ in values for u in v.units]
                 long_names = [f"{n} ({dim} {g})" for g in values for n in v.long_names]
             layout = StreamLayout(
