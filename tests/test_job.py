@@ -518,3 +518,60 @@ def test_a_killed_rank_under_torchrun_stops_the_job(odd_copy, tmp_path):
     assert took < 10 + 30
     assert not out.exists() or not any(out.iterdir())
     assert not processes_mentioning(str(odd_copy))
+
+
+def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_path):
+    """Slurm jobs 1 and 5001 get the same port on a node: a rank of the second
+    reaches the first one's store. It must refuse before any collective, and the
+    first job must finish as if nothing happened (issue 15 item 8)."""
+    from cluster import fault_hooks, fault_log, with_fault_hooks
+
+    from wxstats.runtime.launch import slurm_port
+
+    assert slurm_port(1, 0) == slurm_port(5001, 0)
+    _, reference = odd
+    log = tmp_path / "opens.log"
+    hooks = fault_hooks(tmp_path)
+
+    def slurm_env(job: int, rank: int) -> dict[str, str]:
+        out = with_fault_hooks(env(), hooks, match="*/nwp_20*_mbr*.npy", delay="0.5", log=log)
+        out.update(
+            SLURM_JOB_ID=str(job), SLURM_STEP_ID="0", SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank), SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2",
+            SLURM_STEP_NODELIST="localhost", SLURM_NODEID="0",
+        )  # fmt: skip
+        return out
+
+    out_a, out_b = tmp_path / "a", tmp_path / "b"
+    first = [
+        subprocess.Popen(
+            wxstats_cmd(*compute_args(odd_copy, out_a, "--threads", "1")),
+            env=slurm_env(1, rank),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while len(fault_log(log)) < 3:  # job 1 is computing: its store is up
+            assert time.monotonic() < deadline and all(p.poll() is None for p in first)
+            time.sleep(0.05)
+        intruder = run(
+            wxstats_cmd(*compute_args(odd_copy, out_b, "--threads", "1")),
+            env=slurm_env(5001, 1),
+            timeout=60,
+        )
+        errs = [p.communicate(timeout=180)[1] for p in first]
+    finally:
+        for p in first:
+            if p.poll() is None:
+                p.kill()
+    assert intruder.returncode == 2, intruder.stderr
+    assert "belongs to another job (slurm job 1 step 0), not to this one (slurm job 5001 " in (
+        intruder.stderr
+    )
+    assert "no collective was joined" in intruder.stderr and "Traceback" not in intruder.stderr
+    assert not out_b.exists() or not any(out_b.iterdir())
+    assert [p.returncode for p in first] == [0, 0], errs
+    assert_identical_outputs(reference, out_a, same_path=False)

@@ -170,6 +170,10 @@ def _fingerprint(identity: Any) -> int:
     return zlib.crc32(text) | (zlib.adler32(text) << 32) & 0x7FFFFFFFFFFFFFFF
 
 
+TOKEN_KEY = "wxstats/job_token"
+"""Where rank 0 puts its job's token in the store, before any collective."""
+
+
 class Job:
     """This rank's membership of a job (see module docstring)."""
 
@@ -214,6 +218,7 @@ class Job:
             store, _, _ = next(
                 dist.rendezvous("env://", rank=self.rank, world_size=self.world_size, timeout=wait)
             )
+            self._check_token(store)
             dist.init_process_group(
                 self.backend, store=store, rank=self.rank, world_size=self.world_size, timeout=wait
             )
@@ -245,6 +250,22 @@ class Job:
                 f"{self.where}: {exc}"
             ) from None
         return self
+
+    def _check_token(self, store: Any) -> None:
+        """Join only this job's store: two jobs on one node may pick one port (Slurm
+        jobs 1 and 5001), and a rank of the second would otherwise enter the first
+        one's collectives. Checked before any collective."""
+        mine = self.launch.token or f"a job of {self.world_size} ranks"
+        if self.rank == 0:
+            store.set(TOKEN_KEY, mine)
+            return
+        theirs = store.get(TOKEN_KEY).decode()
+        if theirs != mine:
+            raise WxstatsError(
+                f"rank {self.rank}: the job store at {self.where} belongs to another job "
+                f"({theirs}), not to this one ({mine}): two jobs chose the same port on that "
+                "node; no collective was joined. Give one of them another MASTER_PORT"
+            )
 
     def on_forced_exit(self, save: Callable[[], str]) -> None:
         self._before_forced_exit = save

@@ -119,6 +119,9 @@ class Launch:
     master_addr: str
     master_port: int
     cpus_per_rank: int | None = None
+    token: str = ""
+    """What this job is (``slurm job 12 step 0``, torchrun's run id...): ranks that
+    reach a store holding another token refuse to join (two jobs on one port)."""
 
     def default_threads(self) -> int:
         """Threads so that ranks × threads ≈ the CPUs this node gives the job."""
@@ -164,6 +167,12 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
             local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
             master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
             master_port=_int(env, "MASTER_PORT"),
+            token=env.get("WXSTATS_JOB_TOKEN")
+            or (
+                f"torchrun run {env['TORCHELASTIC_RUN_ID']}"
+                if env.get("TORCHELASTIC_RUN_ID")
+                else ""
+            ),
         )
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
         world = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
@@ -205,6 +214,8 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
             master_addr=master,
             master_port=port,
             cpus_per_rank=int(cpus) if cpus and cpus.isdigit() else None,
+            token=env.get("WXSTATS_JOB_TOKEN")
+            or f"slurm job {env.get('SLURM_JOB_ID', '?')} step {step}",
         )
     return None
 
@@ -272,6 +283,7 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
             stacklevel=2,
         )
     port = free_port()
+    token = f"--nproc job {os.getpid()} on port {port}"
     children: list[subprocess.Popen] = []
     base = dict(os.environ)
     for key in ("TORCHELASTIC_USE_AGENT_STORE", "GROUP_RANK", "ROLE_RANK"):
@@ -286,6 +298,7 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             WXSTATS_LAUNCHER="nproc",
+            WXSTATS_JOB_TOKEN=token,
         )
         children.append(
             subprocess.Popen(
