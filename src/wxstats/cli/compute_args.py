@@ -234,7 +234,7 @@ def seconds(text: str) -> float:
 
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of resumable runs (see wxstats.runtime.checkpoint, README "Resuming...")."""
+    """Options of resumable runs (see wxstats.runtime.resumable, README "Resuming...")."""
     g = p.add_argument_group("resuming after a crash")
     g.add_argument(
         "--checkpoint",
