@@ -549,3 +549,21 @@ def test_state_from_three_processes_is_the_same_state(data, tmp_path, monkeypatc
     out = ["--output", str(abc), "--nproc", "3", "--quiet"]
     assert main(["update", str(ab), str(root / "c.nc"), *out]) == 0
     assert values(abc) == values(root / "full.nc")
+
+
+def test_update_only_new_of_a_store_appended_in_place(data, tmp_path, capsys):
+    """--only-new: the store holds the state's times and more (appended in place);
+    only the later times are read, after finding the state's last steps unchanged."""
+    root, _ = data
+    out = tmp_path / "u.nc"
+    args = ["update", str(root / "a.wxstate"), str(root / "full.zarr"), "--only-new"]
+    assert main([*args, "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+    with xr.open_zarr(root / "full.zarr", consolidated=False) as ds:
+        changed = ds.load()
+    changed["t2m"][18, 0, 0] = changed["t2m"][18, 0, 0] + 1  # inside the state's tail
+    write_zarr(changed, tmp_path / "changed.zarr")
+    args = ["update", str(root / "a.wxstate"), str(tmp_path / "changed.zarr"), "--only-new"]
+    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "t2m", "changed")
+    args = ["update", str(root / "a.wxstate"), str(root / "a.zarr"), "--only-new"]
+    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "nothing to add")

@@ -89,6 +89,12 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
     update.add_argument("base", type=Path, metavar="STATE", help="a .wxstate file")
     update.add_argument("dataset", help="the new data: zarr store, netCDF file or quoted glob")
     _outputs(update)
+    update.add_argument(
+        "--only-new",
+        action="store_true",
+        help="DATASET may hold the state's times too (a store appended in place): use only "
+        "the times after the state's last; its last time steps must be found unchanged",
+    )
     update.add_argument("--threads", type=positive_int, help="threads per process")
     update.add_argument(
         "--storage-option",
@@ -128,6 +134,7 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
     options = update_options(
         args.base,
         args.dataset,
+        only_new=args.only_new,
         output=_default_output(args),
         summary=args.summary,
         state=args.state,

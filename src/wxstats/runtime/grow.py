@@ -304,12 +304,40 @@ class Growth:
                     "(compute a state of it and merge the states to join earlier ranges)"
                 )
             check_next(self.base, preview, self.allow_gap, "update")
+            if source.splits[0].start > 0:  # the data holds the state's times too
+                self._check_tail(source)
         elif self.reference is None and coverage.n <= max(source.diff_steps):
             raise WxstatsError(
                 f"{source.path}: {coverage.n} time steps are too few for a state with "
                 f"difference steps up to {max(source.diff_steps)}: its references need "
                 f"{max(source.diff_steps) + 1} steps (or give --reference-state)"
             )
+
+    def _check_tail(self, source: Any) -> None:
+        """``update --only-new`` on data that holds the state's times too: its
+        steps before the new ones must be the state's last steps, value for value
+        (else the old part changed and the state no longer describes it)."""
+        base = self.base
+        start = source.splits[0].start
+        n = next(iter(base.tail.values())).shape[0] if base.tail else 0
+        cov = base.coverage
+        found = Coverage.values_of(source.times[max(0, start - n) : start])
+        expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
+        if found.tolist() != expected:
+            raise WxstatsError(
+                f"{source.path}: the time steps before its new ones are not {base.name}'s "
+                f"last time steps ({cov.text}); give data that continues the state"
+            )
+        steps = source.steps(start - n, start)
+        for var, tail in base.tail.items():
+            if not np.array_equal(
+                steps[var].astype(np.float64), tail.astype(np.float64), equal_nan=True
+            ):
+                raise WxstatsError(
+                    f"{source.path}: variable {var} differs from {base.name} in the state's "
+                    f"last time steps ({cov.label(cov.last)}): the data before the new times "
+                    "changed since the state was computed; recompute the state"
+                )
 
     def references(self, source: Source) -> dict[str, StreamReference]:
         return self._from.refs if self._from is not None else references(source)

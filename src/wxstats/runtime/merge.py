@@ -13,19 +13,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer, check_writable, write_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.state import State
+from wxstats.runtime.state import Coverage, State
 
 
-def update_options(base_state: str | Path, dataset: str, **options: Any) -> ComputeOptions:
+def update_options(
+    base_state: str | Path, dataset: str, only_new: bool = False, **options: Any
+) -> ComputeOptions:
     """The ``compute`` options of ``wxstats update``: the state's variables,
     steps and NaN handling, over every time step of ``dataset`` in the state's
-    split (the checks against the state come in :meth:`Growth.check`)."""
+    split, or with ``only_new`` those after the state's last time (a store
+    appended in place; :meth:`Growth.check` then finds the state's last steps
+    unchanged in it)."""
     from wxstats.runtime.outputs import open_source
     from wxstats.sources.xarray.timeaxis import fmt_time
 
@@ -45,7 +51,17 @@ def update_options(base_state: str | Path, dataset: str, **options: Any) -> Comp
         times = probe.times
     finally:
         probe.close()
-    split = f"{ident['split']}={fmt_time(times[0])}/{fmt_time(times[-1])}"
+    first = 0
+    if only_new:
+        cov = state.coverage
+        later = np.flatnonzero(Coverage.values_of(times) > cov.last)
+        if later.size == 0:
+            raise WxstatsError(
+                f"{dataset}: no time after {state.name}'s last time {cov.label(cov.last)}; "
+                "nothing to add"
+            )
+        first = int(later[0])
+    split = f"{ident['split']}={fmt_time(times[first])}/{fmt_time(times[-1])}"
     return ComputeOptions(
         dataset=dataset, splits=(split,), base_state=Path(base_state), **selection, **options
     )

@@ -63,12 +63,19 @@ class Coverage:
         return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step")}
 
     @staticmethod
-    def of_times(times: np.ndarray, where: str) -> Coverage:
+    def values_of(times: np.ndarray) -> np.ndarray:
+        """Times as a coverage holds them (datetimes: int64 nanoseconds)."""
         if times.dtype.kind == "M":
-            values = times.astype("datetime64[ns]").astype(np.int64)
+            return times.astype("datetime64[ns]").astype(np.int64)
+        return times
+
+    @staticmethod
+    def of_times(times: np.ndarray, where: str) -> Coverage:
+        values = Coverage.values_of(times)
+        if times.dtype.kind == "M":
             dtype = "datetime64[ns]"
         elif times.dtype.kind in "iuf":
-            values, dtype = times, times.dtype.str
+            dtype = times.dtype.str
         else:
             raise WxstatsError(
                 f"{where}: a statistics state needs a datetime64 or numeric time axis "
