@@ -91,6 +91,7 @@ def console() -> int:
     wxstats never makes one, and the import costs about half a second of every
     run's start-up. A library caller's process is left alone (``main``)."""
     sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
+    signal.signal(signal.SIGINT, _first_interrupt)
     code = main()
     # the command has said what happened; a Ctrl-C (or SIGTERM) while the process
     # ends (threads finishing their block, torch's atexit) stops it at once, quietly,
@@ -98,6 +99,13 @@ def console() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop_now)
     return code
+
+
+def _first_interrupt(signum: int, frame: Any) -> None:
+    """Ctrl-C: stop the command (``KeyboardInterrupt``, said in one line); from
+    now on another one ends the process at once, wherever it is."""
+    signal.signal(signum, _stop_now)
+    raise KeyboardInterrupt
 
 
 def _stop_now(signum: int, frame: Any) -> None:
