@@ -300,6 +300,49 @@ def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_rank_0_lost_after_the_gather_ends_the_waiting_ranks_at_once(odd_copy, tmp_path):
+    """Rank 0 dies while writing the outputs, after the exact all-reduce: the
+    other ranks, waiting for its result, stop at once (they used to wait for the
+    collective timeout), saying so, and nothing is written."""
+    from cluster import fault_hooks, fault_log, with_fault_hooks
+
+    out = tmp_path / "out"
+    log = tmp_path / "opens.log"
+    # the weights file is opened with open() by rank 0 only, after the gather
+    hooked = with_fault_hooks(
+        env(), fault_hooks(tmp_path), hang="*/.parameter_weights.npy.*", log=str(log)
+    )
+    port = str(free_port())
+    ranks = []
+    for rank in range(2):
+        env_ = dict(
+            hooked, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+        )
+        args = compute_args(odd_copy, out, "--threads", "1", "--timeout", "120")
+        ranks.append(
+            subprocess.Popen(wxstats_cmd(*args), env=env_, stderr=subprocess.PIPE, text=True)
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not fault_log(log):  # rank 0 is stuck writing: the gather is done
+            assert time.monotonic() < deadline and ranks[1].poll() is None
+            time.sleep(0.05)
+        os.kill(ranks[0].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = ranks[1].communicate(timeout=60)
+        took = time.monotonic() - killed_at
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert ranks[1].returncode == 1, err
+    assert "rank 0" in err and "Traceback" not in err, err
+    assert took < 10, f"rank 1 waited {took:.1f} s after rank 0 was lost"
+    assert not (out / "parameter_weights.npy").exists()
+    assert not (out / "parameter_mean.pt").exists() or not (out / "summary.json").exists()
+
+
 # -- GPUs (NCCL) ---------------------------------------------------------------------------
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -91,6 +91,9 @@ def console() -> int:
     wxstats never makes one, and the import costs about half a second of every
     run's start-up. A library caller's process is left alone (``main``)."""
     sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
+    # torch's C++ warnings (a peer's socket closed, with a C++ stack) would bury the
+    # one line wxstats says about it; its errors still show
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGINT, _first_interrupt)
     code = main()
     # the command has said what happened; a Ctrl-C (or SIGTERM) while the process

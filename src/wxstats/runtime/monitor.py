@@ -37,9 +37,10 @@ STALL_FACTOR = 4.0
 class JobStopped(WxstatsError):
     """This rank stops because another rank failed (the message names it)."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, rank: int = -1) -> None:
         super().__init__(message)
         self.code = code
+        self.rank = rank  # the rank that failed
 
 
 class Monitor:
@@ -141,7 +142,7 @@ class Monitor:
     def raise_if_failed(self) -> None:
         if self.failure is not None:
             rank, message, code = self.failure
-            raise JobStopped(f"{self.describe(rank)} failed: {message}", code)
+            raise JobStopped(f"{self.describe(rank)} failed: {message}", code, rank)
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:
         """Tell every rank that ``rank`` failed (the first failure wins the message)."""

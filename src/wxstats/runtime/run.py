@@ -229,8 +229,9 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             outcome = Outcome(0)
     except JobStopped as exc:
         outcome.code = exc.code or 1
-        if world.rank == 0:
-            _say(f"error: the job stopped: {exc}; no output was written")
+        if world.rank == 0 or exc.rank == 0:  # rank 0 lost: it cannot say it
+            _say(f"error: {'' if world.rank == 0 else label}the job stopped: {exc}; "
+                 "no output was written")  # fmt: skip
     except Interrupted as exc:
         outcome.code, interrupted = exc.code, True
         world.fail(str(exc), exc.code)
