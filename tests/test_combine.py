@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from reference import assert_close, two_pass
-from wxstats.core.combine import Moments, Reference, RunMoments, StreamMoments
+from wxstats.core.accumulator import RunMoments, StreamMoments
+from wxstats.core.combine import Moments, Reference
 
 
 def _moments(values: np.ndarray, ref: Reference) -> Moments:

@@ -17,13 +17,16 @@ def _block(rng, dtype=np.float32, t=9, g=1100, c=5):
     return Block(a, np.array([0, 2, 3, 4]), (1, 8), {1: (1, 9), 3: (4, 8)})
 
 
+SHIFT, SCALE = np.full(4, 100.0), np.full(4, 4.0)
+DSHIFT = {1: np.zeros(4), 3: np.full(4, 0.5)}
+DSCALE = {1: np.ones(4), 3: np.full(4, 2.0)}
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
 def test_compiled_kernel_matches_numpy_definitions(dtype):
     rng = np.random.default_rng(0)
     block = _block(rng, dtype)
-    shift, scale = np.full(4, 100.0), np.full(4, 4.0)
-    dshift = {1: np.zeros(4), 3: np.full(4, 0.5)}
-    dscale = {1: np.ones(4), 3: np.full(4, 2.0)}
+    shift, scale, dshift, dscale = SHIFT, SCALE, DSHIFT, DSCALE
     fast = block_sums(block, shift, scale, dshift, dscale)
     slow = block_sums_numpy(block, shift, scale, dshift, dscale)
     a = block.array[:, :, block.channels].astype(np.float64)
@@ -190,3 +193,38 @@ def test_overflowing_float64_values_and_differences_keep_their_semantics():
     assert fast.diff_count[1][0] == 3 * 600 - 1  # (1,2) overflows; (0,1), (2,3) do not
     assert not np.isfinite(fast.sum2[0]) and np.isfinite(fast.sum1[1])
     assert fast.maximum[0] == 1.7e308 and fast.minimum[0] == -1.7e308
+
+
+def test_weighted_kernel_matches_numpy_and_its_checked_path():
+    """Weighted sums (``--weights``): sum(w y), sum(w y y) and sum(w) per step as
+    numpy computes them; a NaN elsewhere in the chunk (the checked path) leaves
+    the other channels' bits unchanged (both paths add in the same order)."""
+    rng = np.random.default_rng(3)
+    clean = _block(rng)
+    weights = rng.uniform(0.0, 2.0, clean.array.shape[1])
+    block = Block(clean.array, clean.channels, clean.value_range, clean.diff_ranges,
+                  weights=weights)  # fmt: skip
+    shift, scale, dshift, dscale = SHIFT, SCALE, DSHIFT, DSCALE
+    fast = block_sums(block, shift, scale, dshift, dscale)
+    slow = block_sums_numpy(block, shift, scale, dshift, dscale)
+    a = block.array[:, :, block.channels].astype(np.float64)
+    y = (a - shift) / scale
+    w = weights[None, :, None]
+    np.testing.assert_allclose(fast.step_weight[1:8], np.broadcast_to(w, y.shape)[1:8].sum(1))
+    np.testing.assert_allclose(fast.step_sum1[1:8], (w * y).sum(axis=1)[1:8], atol=1e-9)
+    np.testing.assert_allclose(fast.step_sum2[1:8], (w * y * y).sum(axis=1)[1:8], rtol=1e-12)
+    assert not fast.step_weight[0].any() and not fast.step_weight[8].any()
+    for k in (1, 3):
+        np.testing.assert_allclose(fast.diff_step_sum2[k], slow.diff_step_sum2[k], rtol=1e-12)
+        np.testing.assert_allclose(fast.diff_step_weight[k], slow.diff_step_weight[k])
+    assert list(fast.count) == [7 * 1100] * 4  # counts stay counts
+    spoiled = block.array.copy()
+    spoiled[2, 5, 0] = np.nan  # channel 0 of the first chunk at step 2
+    again = block_sums(
+        Block(spoiled, block.channels, block.value_range, block.diff_ranges, weights=weights),
+        shift, scale, dshift, dscale,
+    )  # fmt: skip
+    assert again.step_sum1[:, 1:].tobytes() == fast.step_sum1[:, 1:].tobytes()
+    assert again.step_weight[:, 1:].tobytes() == fast.step_weight[:, 1:].tobytes()
+    assert np.isclose(again.step_weight[2, 0], fast.step_weight[2, 0] - weights[5])
+    assert again.count[0] == fast.count[0] - 1 and again.nan_count[0] == 1

@@ -19,6 +19,7 @@ from distributed_helpers import env
 from gridded_data import assert_stream_matches, gridded, reference, write_zarr
 
 from wxstats.cli import main
+from wxstats.io.formats.wxstate import FORMAT_VERSION
 from wxstats.io.read import read_stats
 from wxstats.runtime.state import State
 
@@ -271,13 +272,13 @@ def test_newer_format_version_is_refused(data, tmp_path, capsys):
     newer = tmp_path / "newer.wxstate"
     shutil.copy(root / "a.wxstate", newer)
     with netCDF4.Dataset(newer, "a") as nc:
-        nc.setncattr("wxstats_state_version", np.int32(2))
+        nc.setncattr("wxstats_state_version", np.int32(FORMAT_VERSION + 1))
     _refused(
         capsys,
         tmp_path,
         _update(root, tmp_path, newer, root / "b.zarr"),
         "newer.wxstate",
-        "version 2",
+        f"version {FORMAT_VERSION + 1}",
         "newer wxstats",
     )
 

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from wxstats.core.errors import WxstatsError
-from wxstats.io.formats.wxstate import FORMAT_VERSION, StateFile, read_state_file, state_writer
+from wxstats.io.formats.wxstate import (
+    FORMAT_VERSION,
+    UNWEIGHTED_VERSION,
+    StateFile,
+    read_state_file,
+    state_writer,
+)
 
 
 def _state() -> StateFile:
@@ -27,9 +33,12 @@ def _state() -> StateFile:
     )
 
 
-def test_round_trip_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_round_trip_bit_for_bit(tmp_path, weighted):
     path = tmp_path / "s.wxstate"
     state = _state()
+    if weighted:  # cos(latitude) per grid point, ending in a pole's 6e-17
+        state.weights = {"t2m": np.cos(np.deg2rad(np.linspace(0, 90, 5)))}
     state_writer(state, "9.9")(path)
     back = read_state_file(path)
     assert back.meta == state.meta and back.wxstats_version == "9.9"
@@ -39,8 +48,13 @@ def test_round_trip_bit_for_bit(tmp_path):
     for var, (head, tail) in state.edges.items():
         for a, b in zip((head, tail), back.edges[var], strict=True):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), var  # float16 kept
+    assert back.weights.keys() == state.weights.keys()
+    for var, weights in state.weights.items():
+        assert back.weights[var].tobytes() == weights.tobytes()
     with netCDF4.Dataset(path) as nc:  # what other tools see
-        assert int(nc.getncattr("wxstats_state_version")) == FORMAT_VERSION
+        # only a weighted state needs a reader that knows weights: older ones refuse it
+        version = FORMAT_VERSION if weighted else UNWEIGHTED_VERSION
+        assert int(nc.getncattr("wxstats_state_version")) == version
         assert nc["sums"].dimensions == ("word",)
 
 

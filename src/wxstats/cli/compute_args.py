@@ -164,6 +164,13 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "(or hour of the day) of each split, along a month (hour) dimension, in one pass",
     )
     z.add_argument(
+        "--weights",
+        metavar="coslat|VAR|FILE:VAR",
+        help="area-weighted statistics of values, differences and forcings: coslat weights "
+        "each grid point by the cosine of its latitude coordinate; VAR by a field of the "
+        "dataset (a cell area), FILE:VAR by one of another file; recorded in every output",
+    )
+    z.add_argument(
         "--diff-steps",
         type=steps,
         metavar="K,...",
@@ -297,6 +304,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         splits=tuple(args.split or ()),
         period=args.period,
         by=args.by,
+        weights=args.weights,
         variables=args.variables,
         time_dim=args.time_dim,
         diff_steps=args.diff_steps,

@@ -14,20 +14,22 @@ the sum made exact; when the grouping of time steps into samples may change
 Either way the result never depends on how samples are spread over threads,
 ranks or resumed runs.
 
-:class:`RunMoments` groups the moments of a run (per stream: the values and
-the differences for each step) and packs into flat fixed-size arrays (int64
-limbs for sums, float64 for extremes), which the gather across ranks and the
-checkpoints move: never pickled objects.
+:mod:`wxstats.core.accumulator` groups the moments of a run (per stream: the
+values and the differences for each step).
+
+Weighted moments (``--weights``, an area weighting) also hold the exact sum of
+the weights, and their sums are of ``w * y`` and ``w * y * y``: the mean is
+``sum(w x) / sum(w)``, made exact the same way, so a weighted run is as
+independent of its layout as an unweighted one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from wxstats.core.errors import InputError
 from wxstats.core.exact import (
     NUM_LIMBS,
     exact_sum,
@@ -36,8 +38,7 @@ from wxstats.core.exact import (
     sqrt_correctly_rounded,
     to_limbs,
 )
-from wxstats.core.kernels import BlockSums, in_time_order
-from wxstats.core.stats import DiffStats, Stats, StreamSpec, StreamStats
+from wxstats.core.kernels import in_time_order
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,21 @@ class Moments:
     minimum: np.ndarray  # float64 (F,)
     maximum: np.ndarray  # float64 (F,)
     nan_count: np.ndarray  # int64 (F,)
-
-    WORDS_PER_FEATURE = 2 + 2 * NUM_LIMBS
-    """int64 words per feature when packed: count, NaN count, two limb vectors."""
+    weight: np.ndarray | None = None
+    """object (F,): exact fixed-point sums of the weights (weighted moments only)."""
 
     @staticmethod
-    def create(n_features: int) -> Moments:
+    def words_per_feature(weighted: bool) -> int:
+        """int64 words per feature when packed: count, NaN count, two limb vectors
+        (three when weighted: the weights' sum)."""
+        return 2 + (3 if weighted else 2) * NUM_LIMBS
+
+    @property
+    def weighted(self) -> bool:
+        return self.weight is not None
+
+    @staticmethod
+    def create(n_features: int, weighted: bool = False) -> Moments:
         zeros = np.zeros(n_features, dtype=object)
         zeros[:] = 0
         return Moments(
@@ -126,6 +136,7 @@ class Moments:
             minimum=np.full(n_features, np.inf),
             maximum=np.full(n_features, -np.inf),
             nan_count=np.zeros(n_features, dtype=np.int64),
+            weight=zeros.copy() if weighted else None,
         )
 
     @property
@@ -141,10 +152,16 @@ class Moments:
         maximum: np.ndarray | None = None,
         nan_count: np.ndarray | None = None,
         at: int = 0,
+        weights: np.ndarray | None = None,
     ) -> None:
         """Add the finite unit sums (units, F) of a block (see :func:`unit_sums`)
-        to features ``at .. at + F`` (a group of a climatology, else all)."""
+        to features ``at .. at + F`` (a group of a climatology, else all);
+        ``weights``: the unit sums of the weights (weighted moments only)."""
         f = slice(at, at + int(np.shape(count)[0]))
+        if (weights is None) != (self.weight is None):
+            raise ValueError("weighted and unweighted sums do not mix")
+        if weights is not None:
+            self.weight[f] = self.weight[f] + exact_sum(weights).sum(axis=0)
         self.count[f] += np.asarray(count, dtype=np.int64)
         self.sum1[f] = self.sum1[f] + exact_sum(sums1).sum(axis=0)
         self.sum2[f] = self.sum2[f] + exact_sum(sums2).sum(axis=0)
@@ -163,14 +180,21 @@ class Moments:
         np.minimum(self.minimum, other.minimum, out=self.minimum)
         np.maximum(self.maximum, other.maximum, out=self.maximum)
         self.nan_count += other.nan_count
+        if (other.weight is None) != (self.weight is None):
+            raise ValueError("weighted and unweighted moments do not merge")
+        if other.weight is not None:
+            self.weight = self.weight + other.weight
 
     def extract(self, reference: Reference) -> tuple[np.ndarray, np.ndarray]:
         """Population mean and std (ddof=0), each rounded once from the exact
-        rational value of the summed sums. Features with a zero count give NaN."""
+        rational value of the summed sums (weighted: divided by the exact sum of
+        the weights instead of the count). Features with a zero count give NaN."""
         mean = np.full(self.n_features, np.nan)
         std = np.full(self.n_features, np.nan)
         for f in range(self.n_features):
-            n = int(self.count[f])
+            n: int | Fraction = int(self.count[f])
+            if self.weight is not None:
+                n = fixed_to_fraction(self.weight[f])
             if n == 0:
                 continue
             shift = Fraction(float(reference.shift[f]))
@@ -193,191 +217,30 @@ class Moments:
                 self.nan_count,
                 to_limbs(self.sum1).ravel(),
                 to_limbs(self.sum2).ravel(),
+                *([to_limbs(self.weight).ravel()] if self.weight is not None else []),
             ]
         )
         return ints, self.minimum.copy(), self.maximum.copy()
 
     @staticmethod
-    def unpack(ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray) -> Moments:
+    def unpack(
+        ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray, weighted: bool = False
+    ) -> Moments:
         f = int(minimum.shape[0])
-        if ints.shape[0] != f * Moments.WORDS_PER_FEATURE:
+        if ints.shape[0] != f * Moments.words_per_feature(weighted):
             raise ValueError(f"{ints.shape[0]} words do not pack {f} features")
         limb_block = f * NUM_LIMBS
+
+        def limbs(i: int) -> np.ndarray:
+            start = 2 * f + i * limb_block
+            return from_limbs(ints[start : start + limb_block].reshape(f, NUM_LIMBS))
+
         return Moments(
             count=ints[:f].astype(np.int64),
-            sum1=from_limbs(ints[2 * f : 2 * f + limb_block].reshape(f, NUM_LIMBS)),
-            sum2=from_limbs(ints[2 * f + limb_block :].reshape(f, NUM_LIMBS)),
+            sum1=limbs(0),
+            sum2=limbs(1),
             minimum=np.asarray(minimum, dtype=np.float64).copy(),
             maximum=np.asarray(maximum, dtype=np.float64).copy(),
             nan_count=ints[f : 2 * f].astype(np.int64),
+            weight=limbs(2) if weighted else None,
         )
-
-
-@dataclass
-class StreamMoments:
-    """Moments of one stream's values and of its differences for each step."""
-
-    values: Moments
-    diffs: dict[int, Moments] = field(default_factory=dict)
-
-    @staticmethod
-    def create(n_features: int, steps: tuple[int, ...]) -> StreamMoments:
-        return StreamMoments(
-            Moments.create(n_features), {k: Moments.create(n_features) for k in steps}
-        )
-
-    def add(self, sums: BlockSums, per_step: bool, at: int = 0) -> None:
-        """Add a block's per-step sums (to features from ``at``: a climatology's
-        group). Raises :class:`NonFiniteSums`, before changing anything, when a
-        unit's sum is not finite (the values span too wide a range for float64
-        sums); its features count from ``at``."""
-        parts = [(sums.step_sum1, sums.step_sum2)]
-        parts += [(sums.diff_step_sum1[k], sums.diff_step_sum2[k]) for k in sorted(self.diffs)]
-        units = [(unit_sums(a, per_step), unit_sums(b, per_step)) for a, b in parts]
-        bad = sorted(
-            {
-                f
-                for a, b in units
-                for f in np.flatnonzero(~(np.isfinite(a).all(0) & np.isfinite(b).all(0)))
-            }
-        )
-        if bad:
-            raise NonFiniteSums([at + int(f) for f in bad])
-        (v1, v2), *diff_units = units
-        self.values.add(sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count, at)
-        for k, (d1, d2) in zip(sorted(self.diffs), diff_units, strict=True):
-            self.diffs[k].add(
-                sums.diff_count[k],
-                d1,
-                d2,
-                sums.diff_minimum.get(k),
-                sums.diff_maximum.get(k),
-                at=at,
-            )
-
-    def merge(self, other: StreamMoments) -> None:
-        self.values.merge(other.values)
-        for k, moments in other.diffs.items():
-            self.diffs[k].merge(moments)
-
-    def parts(self) -> list[Moments]:
-        return [self.values] + [self.diffs[k] for k in sorted(self.diffs)]
-
-
-@dataclass
-class RunMoments:
-    """All streams of a run, keyed by stream name: the accumulator a rank
-    fills, checkpoints and gathers (see module docstring)."""
-
-    streams: dict[str, StreamMoments]
-
-    @staticmethod
-    def create(specs: list[StreamSpec]) -> RunMoments:
-        return RunMoments(
-            {s.name: StreamMoments.create(len(s.features), s.diff_steps) for s in specs}
-        )
-
-    def empty_like(self) -> RunMoments:
-        """An empty accumulator of the same layout (streams, features, steps)."""
-        return RunMoments(
-            {
-                name: StreamMoments.create(s.values.n_features, tuple(sorted(s.diffs)))
-                for name, s in self.streams.items()
-            }
-        )
-
-    def add(self, stream: str, sums: BlockSums, per_step: bool, at: int = 0) -> None:
-        self.streams[stream].add(sums, per_step, at)
-
-    def merge(self, other: RunMoments) -> None:
-        for name, stream in other.streams.items():
-            self.streams[name].merge(stream)
-
-    def _parts(self) -> list[Moments]:
-        return [m for name in sorted(self.streams) for m in self.streams[name].parts()]
-
-    def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Flat (int64 sums, float64 minima, float64 maxima) of every part."""
-        packed = [m.pack() for m in self._parts()]
-        return (
-            np.concatenate([p[0] for p in packed]),
-            np.concatenate([p[1] for p in packed]),
-            np.concatenate([p[2] for p in packed]),
-        )
-
-    def unpack_like(self, ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray) -> None:
-        """Replace the contents with packed arrays of the same layout."""
-        if ints.shape[0] != sum(m.n_features * Moments.WORDS_PER_FEATURE for m in self._parts()):
-            raise ValueError(f"{ints.shape[0]} words do not fit this layout")
-        i = j = 0
-        for name in sorted(self.streams):
-            stream = self.streams[name]
-            f = stream.values.n_features
-            words = f * Moments.WORDS_PER_FEATURE
-            unpacked = []
-            for _ in stream.parts():
-                unpacked.append(
-                    Moments.unpack(ints[i : i + words], minimum[j : j + f], maximum[j : j + f])
-                )
-                i += words
-                j += f
-            stream.values = unpacked[0]
-            stream.diffs = dict(zip(sorted(stream.diffs), unpacked[1:], strict=True))
-
-    def extract(
-        self, specs: list[StreamSpec], refs: dict[str, StreamReference], source_kind: str
-    ) -> Stats:
-        """Round the exact sums once into statistics; refuse what is unusable
-        (a feature without a single finite value)."""
-        streams: dict[str, StreamStats] = {}
-        notes: list[str] = []
-        for spec in specs:
-            moments = self.streams[spec.name]
-            values = moments.values
-            for f, name in enumerate(spec.features):
-                # no value at all (a climatology's month without data) is NaN;
-                # only NaN values are unusable
-                if values.count[f] == 0 and values.nan_count[f] > 0:
-                    raise InputError(
-                        f"variable {name} ({spec.name}): no finite values in the whole split "
-                        f"({int(values.nan_count[f])} NaN); nothing to standardize with"
-                    )
-            mean, std = values.extract(refs[spec.name].values)
-            diff: dict[int | None, DiffStats] = {}
-            for k in spec.diff_steps:
-                part = moments.diffs[k]
-                if not part.count.any():
-                    notes.append(
-                        f"{spec.name}: no pairs of time steps {k} apart; "
-                        f"difference statistics for step {k} are absent"
-                    )
-                    continue
-                d_mean, d_std = part.extract(refs[spec.name].diffs[k])
-                diff[k] = DiffStats(
-                    mean=d_mean,
-                    std=d_std,
-                    count=part.count.copy(),
-                    minimum=np.where(part.count > 0, part.minimum, np.nan),
-                    maximum=np.where(part.count > 0, part.maximum, np.nan),
-                )
-            for f, name in enumerate(spec.features):
-                if std[f] == 0:
-                    notes.append(
-                        f"variable {name} ({spec.name}) is constant (std 0): standardizing by "
-                        "it divides by zero; consider dropping it"
-                    )
-            streams[spec.name] = StreamStats(
-                name=spec.name,
-                features=list(spec.features),
-                units=list(spec.units),
-                mean=mean,
-                std=std,
-                count=values.count.copy(),
-                minimum=np.where(values.count > 0, values.minimum, np.nan),
-                maximum=np.where(values.count > 0, values.maximum, np.nan),
-                nan_count=values.nan_count.copy(),
-                diff=diff,
-                long_names=list(spec.long_names),
-                layout=spec.layout,
-            )
-        return Stats(source_kind=source_kind, streams=streams, warnings=notes)

@@ -61,6 +61,10 @@ class Block:
     """Group of each time row (a climatology, ``--by``): a row's values and the
     differences ending at it go to the features of its group (group ``g`` of
     ``C`` channels: features ``g*C .. g*C + C``)."""
+    weights: np.ndarray | None = None
+    """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
+    sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
+    ``y * y`` and the count."""
 
 
 @dataclass
@@ -86,6 +90,9 @@ class BlockSums:
     diff_step_sum2: dict[int, np.ndarray]
     diff_minimum: dict[int, np.ndarray] = field(default_factory=dict)  # lag -> (F,)
     diff_maximum: dict[int, np.ndarray] = field(default_factory=dict)
+    step_weight: np.ndarray | None = None
+    """float64 (T, F): the weights of the values summed per step (a weighted block only)."""
+    diff_step_weight: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def sum1(self) -> np.ndarray:
@@ -126,7 +133,7 @@ def lanes_per_channel(n_channels: int) -> int:
     return m
 
 
-def _empty_sums(n_t: int, n_f: int, lags: list[int]) -> BlockSums:
+def _empty_sums(n_t: int, n_f: int, lags: list[int], weighted: bool) -> BlockSums:
     return BlockSums(
         count=np.zeros(n_f, dtype=np.int64),
         step_sum1=np.zeros((n_t, n_f)),
@@ -140,6 +147,8 @@ def _empty_sums(n_t: int, n_f: int, lags: list[int]) -> BlockSums:
         diff_step_sum2={k: np.zeros((n_t, n_f)) for k in lags},
         diff_minimum={k: np.full(n_f, np.inf) for k in lags},
         diff_maximum={k: np.full(n_f, -np.inf) for k in lags},
+        step_weight=np.zeros((n_t, n_f)) if weighted else None,
+        diff_step_weight={k: np.zeros((n_t, n_f)) for k in lags} if weighted else {},
     )
 
 
@@ -159,7 +168,8 @@ def block_sums(
     diff_shift: dict[int, np.ndarray],
     diff_scale: dict[int, np.ndarray],
 ) -> BlockSums:
-    """Per-step sums of ``(x - shift) / scale`` and of the differences, compiled."""
+    """Per-step sums of ``(x - shift) / scale`` and of the differences, compiled
+    (weighted by ``block.weights`` when it has them)."""
     lags = sorted(block.diff_ranges)
     channels = np.asarray(block.channels, dtype=np.int64)
     array = block.array
@@ -179,10 +189,14 @@ def block_sums(
     d1 = [min(int(block.diff_ranges[k][1]), n_t) for k in lags]
     n_s = len(lags)
     counts = {name: np.zeros(n_c, dtype=np.int64) for name in ("count", "nans", "infs")}
-    tv1, tv2 = np.zeros((n_t, n_c)), np.zeros((n_t, n_c))
+    weighted = block.weights is not None
+    if weighted and np.shape(block.weights) != (n_g,):
+        raise ValueError(f"{np.shape(block.weights)} weights for {n_g} grid points")
+    weights = np.asarray(block.weights if weighted else (), dtype=np.float64)
+    tv0, tv1, tv2 = np.zeros((n_t, n_c)), np.zeros((n_t, n_c)), np.zeros((n_t, n_c))
     mn, mx = np.full(n_c, np.inf), np.full(n_c, -np.inf)
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
-    td1, td2 = np.zeros((n_s, n_t, n_c)), np.zeros((n_s, n_t, n_c))
+    td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
     _kernel()(
         array.reshape(n_t, n_g * n_c),
@@ -200,7 +214,9 @@ def block_sums(
         np.array(
             [lane(1.0 / np.asarray(diff_scale[k], dtype=np.float64), 1.0) for k in lags]
         ).reshape(n_s, lanes),
+        weights,
         counts["count"],
+        tv0,
         tv1,
         tv2,
         mn,
@@ -208,6 +224,7 @@ def block_sums(
         counts["nans"],
         counts["infs"],
         dcount,
+        td0,
         td1,
         td2,
         dmn,
@@ -226,6 +243,8 @@ def block_sums(
         diff_step_sum2={k: td2[i][:, channels] for i, k in enumerate(lags)},
         diff_minimum={k: dmn[i][channels] for i, k in enumerate(lags)},
         diff_maximum={k: dmx[i][channels] for i, k in enumerate(lags)},
+        step_weight=tv0[:, channels] if weighted else None,
+        diff_step_weight={k: td0[i][:, channels] for i, k in enumerate(lags)} if weighted else {},
     )
 
 
@@ -239,7 +258,10 @@ def block_sums_numpy(
     """The same definitions as :func:`block_sums` in plain numpy (for tests)."""
     lags = sorted(block.diff_ranges)
     a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)
-    out = _empty_sums(a.shape[0], a.shape[2], lags)
+    weighted = block.weights is not None
+    w = np.asarray(block.weights if weighted else np.ones(a.shape[1]), dtype=np.float64)
+    w = w[None, :, None]
+    out = _empty_sums(a.shape[0], a.shape[2], lags, weighted)
     t0, t1 = block.value_range
     values = a[t0:t1]
     nan = np.isnan(values)
@@ -247,8 +269,10 @@ def block_sums_numpy(
     finite = ~(nan | inf)
     y = np.where(finite, (values - shift) / scale, 0.0)
     out.count = finite.sum(axis=(0, 1)).astype(np.int64)
-    out.step_sum1[t0:t1] = y.sum(axis=1)
-    out.step_sum2[t0:t1] = (y * y).sum(axis=1)
+    out.step_sum1[t0:t1] = (w * y).sum(axis=1)
+    out.step_sum2[t0:t1] = (w * y * y).sum(axis=1)
+    if weighted:
+        out.step_weight[t0:t1] = np.where(finite, w, 0.0).sum(axis=1)
     out.nan_count = nan.sum(axis=(0, 1)).astype(np.int64)
     out.inf_count = inf.sum(axis=(0, 1)).astype(np.int64)
     if finite.any():
@@ -263,8 +287,10 @@ def block_sums_numpy(
         ok = np.isfinite(d)
         yd = np.where(ok, (d - diff_shift[k]) / diff_scale[k], 0.0)
         out.diff_count[k] = ok.sum(axis=(0, 1)).astype(np.int64)
-        out.diff_step_sum1[k][d0:d1] = yd.sum(axis=1)
-        out.diff_step_sum2[k][d0:d1] = (yd * yd).sum(axis=1)
+        out.diff_step_sum1[k][d0:d1] = (w * yd).sum(axis=1)
+        out.diff_step_sum2[k][d0:d1] = (w * yd * yd).sum(axis=1)
+        if weighted:
+            out.diff_step_weight[k][d0:d1] = np.where(ok, w, 0.0).sum(axis=1)
         if ok.any():
             out.diff_minimum[k] = np.where(ok, d, np.inf).min(axis=(0, 1))
             out.diff_maximum[k] = np.where(ok, d, -np.inf).max(axis=(0, 1))

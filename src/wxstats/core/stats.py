@@ -76,6 +76,15 @@ def flat_layout(
     )
 
 
+def weighting(attrs: dict[str, Any]) -> str:
+    """How the statistics of a run were weighted, for a file's ``method``: the
+    source's ``weights`` attribute (``--weights``), or ``unweighted``."""
+    weights = str(attrs.get("weights", ""))
+    if not weights or weights.startswith("none"):
+        return "unweighted"
+    return f"weighted by grid point (sum(w x) / sum(w)), weights: {weights}"
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """One group of features reduced together, as a source declares it."""
@@ -86,6 +95,8 @@ class StreamSpec:
     diff_steps: tuple[int, ...] = ()
     long_names: list[str] = field(default_factory=list)
     layout: StreamLayout | None = None
+    weighted: bool = False
+    """Its blocks carry grid-point weights (``--weights``): weighted means and stds."""
 
 
 @dataclass

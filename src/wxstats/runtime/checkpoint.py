@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.combine import RunMoments
+from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.io.atomic import write_all
 from wxstats.sources.xarray.fingerprint import describe_array_changes

@@ -17,7 +17,8 @@ from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
-from wxstats.core.combine import NonFiniteSums, Reference, RunMoments, StreamReference
+from wxstats.core.accumulator import RunMoments
+from wxstats.core.combine import NonFiniteSums, Reference, StreamReference
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block, BlockSums, block_sums
 from wxstats.core.stats import StreamSpec
@@ -168,6 +169,7 @@ def group_runs(block: Block) -> list[tuple[Block, int]]:
             block.channels,
             cut(block.value_range),
             {k: cut(r) for k, r in block.diff_ranges.items()},
+            weights=block.weights,
         )
         out.append((piece, int(g) * width))
         t = end

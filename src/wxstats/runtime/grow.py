@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.combine import RunMoments, StreamReference
+from wxstats.core.accumulator import RunMoments
+from wxstats.core.combine import StreamReference
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import Stats
@@ -60,7 +61,9 @@ def seam(earlier: State, later: State) -> RunMoments:
             diffs[k] = (lo, hi) if lo < hi else (0, 0)
         channels = np.arange(array.shape[2], dtype=np.int64)
         groups = _edge_groups(earlier, later, n_t, n_h)
-        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups)
+        blocks[f"{var}__{split}"] = Block(
+            array, channels, (0, 0), diffs, groups, earlier.weights.get(var)
+        )
     where = f"{later.name}: the differences across the start of {later.coverage.text}"
     return blocks_accumulator(
         earlier.specs,
@@ -194,6 +197,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
             reference_origin=total.reference_origin,
             head=head,
             tail=tail,
+            weights=total.weights,
             datasets=total.datasets + nxt.datasets,
             attrs={**total.attrs, "gaps": gaps},
             path=total.path,
@@ -245,6 +249,7 @@ def state_of_run(
         reference_origin=origin,
         head=source.steps(split.start, split.start + n),
         tail=source.steps(split.stop - n, split.stop),
+        weights={v.name: v.weights for v in source.vars if v.weights is not None},
         datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
         attrs=dict(source.attrs),
     )

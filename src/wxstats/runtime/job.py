@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wxstats.core.combine import RunMoments
+from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch
 from wxstats.runtime.liveness import Liveness

@@ -44,6 +44,7 @@ def update_options(
         "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
         "skipna": bool(ident["skipna"]),
         "by": ident.get("by"),
+        "weights": (ident.get("weights") or {}).get("method"),
     }
     storage = options.get("storage_options", ())
     probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))

@@ -34,9 +34,11 @@ class ComputeOptions:
     """zarr/netCDF: ``NAME=START/END`` intervals, or an mllam-data-prep store's split names."""
     step_length: int | None = None
     period: str | None = None
+    """``START/END``: the statistics use only these times (every split cut to them)."""
     by: str | None = None
     """A climatology: ``month`` or ``hour`` (statistics per group of time steps)."""
-    """``START/END``: the statistics use only these times (every split cut to them)."""
+    weights: str | None = None
+    """zarr/netCDF: ``coslat``, ``VAR`` or ``FILE:VAR``: area-weighted statistics."""
     variables: tuple[str, ...] | None = None
     time_dim: str = "time"
     diff_steps: tuple[int, ...] | None = None

@@ -65,6 +65,14 @@ def open_source(options: ComputeOptions) -> Source:
             f"--by {options.by}: a climatology is written to a statistics file (--output, "
             "--summary), not with --write-into or --format graphcast"
         )
+    if options.weights and options.write_into:
+        # the store's statistics arrays are rewritten in place with no record of how they
+        # were computed, and mllam-data-prep's own statistics are unweighted: a weighted
+        # mean there could not be told from an unweighted one
+        raise WxstatsError(
+            f"--weights {options.weights}: an mllam-data-prep store's statistics are "
+            "unweighted and cannot record a weighting; write a statistics file (--output)"
+        )
     block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
     return XarraySource(
         options.dataset,
@@ -72,6 +80,7 @@ def open_source(options: ComputeOptions) -> Source:
             splits=options.splits,
             period=options.period,
             by=options.by,
+            weights=options.weights,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -93,6 +102,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--write-into": options.write_into,
         "--format": options.output_format != "netcdf",
         "--by": options.by,
+        "--weights": options.weights,
         "--block-mb": options.block_mb,
         "--storage-option": options.storage_options,
     }

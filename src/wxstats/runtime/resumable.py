@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from wxstats import __version__
-from wxstats.core.combine import RunMoments
+from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import Interrupted
 from wxstats.runtime.checkpoint import Checkpoint
 from wxstats.runtime.job import Solo, World

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from wxstats import __version__
-from wxstats.core.combine import Reference, RunMoments, StreamReference
+from wxstats.core.accumulator import RunMoments
+from wxstats.core.combine import Reference, StreamReference
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
@@ -105,6 +106,7 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
         "units": list(spec.units),
         "diff_steps": list(spec.diff_steps),
         "long_names": list(spec.long_names),
+        "weighted": bool(spec.weighted),
         "layout": {
             "prefix": layout.prefix,
             "split": layout.split,
@@ -139,6 +141,7 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
         tuple(d["diff_steps"]),
         list(d["long_names"]),
         layout,
+        bool(d.get("weighted", False)),
     )
 
 
@@ -164,6 +167,8 @@ class State:
     reference_origin: str
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    """Variable name -> its grid-point weights (a weighted state, ``--weights``)."""
     datasets: list[list[str]] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     path: str = ""
@@ -200,6 +205,7 @@ class State:
             shift=np.concatenate([r.shift for r in refs]),
             scale=np.concatenate([r.scale for r in refs]),
             edges={v: (self.head[v], self.tail[v]) for v in self.head},
+            weights=dict(self.weights),
         )
         return state_writer(data, __version__)
 
@@ -234,6 +240,7 @@ class State:
                 reference_origin=meta["reference_origin"],
                 head={v: e[0] for v, e in data.edges.items()},
                 tail={v: e[1] for v, e in data.edges.items()},
+                weights=data.weights,
                 datasets=meta["datasets"],
                 attrs=meta["attrs"],
                 path=str(path),
@@ -267,6 +274,7 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
         "diff_steps": list(source.diff_steps),
         "skipna": bool(skipna),
         "by": source.options.by,
+        "weights": source.weights_identity(),
     }
 
 
@@ -304,6 +312,11 @@ def describe_mismatch(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     ):
         if a.get(key) != b.get(key):
             out.append(f"{what} {a.get(key)!r} vs {b.get(key)!r}")
+    wa, wb = a.get("weights"), b.get("weights")
+    if (wa or {}).get("method") != (wb or {}).get("method"):
+        out.append(f"--weights {(wa or {}).get('method')!r} vs {(wb or {}).get('method')!r}")
+    elif wa != wb:
+        out.append(f"--weights {wa['method']}: other weights (another grid or latitudes)")
     va = {v["name"]: v for v in a.get("variables", [])}
     vb = {v["name"]: v for v in b.get("variables", [])}
     if set(va) != set(vb):  # the order is the dataset's, and changes nothing

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import Stats, StreamStats
+from wxstats.core.stats import Stats, StreamStats, weighting
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -63,7 +63,8 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
         "title": "GraphCast-style normalization statistics written by wxstats",
         "split": split,
         "diff_step": step,
-        "method": "population statistics (ddof 0), unweighted, float64; diffs_stddev: std "
+        "method": f"population statistics (ddof 0), {weighting(stats.attrs)}, float64; "
+        "diffs_stddev: std "
         f"of x[t+{step}] - x[t] per level",
     }
     if "statistics_period" in stats.attrs:

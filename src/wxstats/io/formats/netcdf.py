@@ -28,6 +28,7 @@ from wxstats.core.stats import (
     Stats,
     StreamLayout,
     StreamStats,
+    weighting,
 )
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
@@ -94,7 +95,7 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
                 data_vars[prefix + op] = _variable(values, lay, (diff_dim,), attrs)
     attrs = {
         "title": TITLE,
-        "method": METHOD,
+        "method": f"{METHOD}; {weighting(stats.attrs)}",
         "source_kind": stats.source_kind,
         "split": ",".join(stats.splits()),
         "warnings": json.dumps(stats.warnings),

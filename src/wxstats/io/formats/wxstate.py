@@ -14,11 +14,15 @@ documented in ``docs/state-format.md``):
   ``wxstats_version``, ``meta`` (JSON: identity, coverage, streams) and
   ``checksum`` (SHA-256 of ``meta`` and every array, to refuse a damaged file);
 * ``sums`` (int64, dimension ``word``): the packed exact sums of
-  :meth:`wxstats.core.combine.RunMoments.pack`;
+  :meth:`wxstats.core.accumulator.RunMoments.pack`;
 * ``minimum``, ``maximum``, ``shift``, ``scale`` (float64, dimension ``part_feature``):
   extremes and references of every (stream, part, feature), in the same order;
 * ``{variable}__head`` / ``{variable}__tail``: the decoded first and last time
-  steps of each variable with time (``(step, grid, feature)``, the decoded dtype).
+  steps of each variable with time (``(step, grid, feature)``, the decoded dtype);
+* ``{variable}__weights`` (float64, ``(grid,)``): a weighted state's grid-point
+  weights (``--weights``), for the differences across a seam. A weighted state is
+  version 2 (its sums hold the weights' sums too: version 1 readers refuse it);
+  an unweighted one stays version 1.
 
 This module only encodes and decodes; what the contents mean and when two
 states may be combined is :mod:`wxstats.runtime.state`.
@@ -39,7 +43,8 @@ from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
 FORMAT_NAME = "wxstats-state"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+UNWEIGHTED_VERSION = 1
 SUFFIX = ".wxstate"
 PART_ARRAYS = ("minimum", "maximum", "shift", "scale")
 
@@ -57,6 +62,8 @@ class StateFile:
     edges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     """Variable name -> (head, tail), each ``(step, grid, feature)``."""
     wxstats_version: str = ""
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    """Variable name -> float64 ``(grid,)`` weights (a weighted state only)."""
 
 
 def _checksum(meta_text: str, arrays: list[np.ndarray]) -> str:
@@ -72,7 +79,7 @@ def _arrays(state: StateFile) -> list[np.ndarray]:
     out = [state.sums] + [getattr(state, n) for n in PART_ARRAYS]
     for name in sorted(state.edges):
         out += list(state.edges[name])
-    return out
+    return out + [state.weights[name] for name in sorted(state.weights)]
 
 
 def _storable(array: np.ndarray) -> np.ndarray:
@@ -98,9 +105,13 @@ def state_writer(state: StateFile, wxstats_version: str) -> Writer:
                     _storable(array),
                     {"dtype": array.dtype.str},
                 )
+        for var, weights in sorted(state.weights.items()):
+            data[f"{var}__weights"] = ((f"{var}__grid",), weights, {})
         attrs = {
             "wxstats_state_format": FORMAT_NAME,
-            "wxstats_state_version": np.int32(FORMAT_VERSION),
+            "wxstats_state_version": np.int32(
+                FORMAT_VERSION if state.weights else UNWEIGHTED_VERSION
+            ),
             "wxstats_version": wxstats_version,
             "meta": meta_text,
             "checksum": _checksum(meta_text, _arrays(state)),
@@ -144,7 +155,7 @@ def read_state_file(path: str | Path) -> StateFile:
                 f"({attrs.get('wxstats_version', '?')}); this wxstats reads version "
                 f"{FORMAT_VERSION}: upgrade wxstats"
             )
-        if version != FORMAT_VERSION:
+        if version not in (UNWEIGHTED_VERSION, FORMAT_VERSION):
             raise _damaged(path, f"unknown state format version {version}")
         meta_text = str(attrs["meta"])
         arrays = {name: np.asarray(var[...]) for name, var in nc.variables.items()}
@@ -173,6 +184,11 @@ def read_state_file(path: str | Path) -> StateFile:
             **{n: arrays[n].astype(np.float64) for n in PART_ARRAYS},
             edges=edges,
             wxstats_version=str(attrs.get("wxstats_version", "")),
+            weights={
+                name[: -len("__weights")]: arrays[name].astype(np.float64)
+                for name in arrays
+                if name.endswith("__weights")
+            },
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise _damaged(path, f"missing or malformed content: {exc}") from None

@@ -48,6 +48,7 @@ from wxstats.sources.xarray.timeaxis import (
     time_values,
     where_in,
 )
+from wxstats.sources.xarray.weights import grid_weights, weight_field, weights_digest
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
 
@@ -70,6 +71,7 @@ class XarrayOptions:
     io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
     period: str | None = None  # --period START/END: the statistics' time steps, in every split
     by: str | None = None  # --by month|hour: a climatology, statistics per group of time steps
+    weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
 
 
 class XarraySource:
@@ -131,11 +133,17 @@ class XarraySource:
             max(self.diff_steps),
         )
         self.groups = time_groups(self.options.by, self.times, self.path)
+        self.weight_field = None
+        if self.options.weights:
+            self.weight_field = weight_field(self.options.weights, first, self.path, storage)
+            for v in self.vars:
+                v.weights = grid_weights(self.weight_field, v)
         self.streams = stream_specs(
             self.vars,
             self.splits,
             self.diff_steps,
             (self.groups[0], self.groups[1]) if self.groups else None,
+            weighted=self.weight_field is not None,
         )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
@@ -182,6 +190,7 @@ class XarraySource:
             ),
             **({"statistics_period": self._period_text()} if self.options.period else {}),
             **({"climatology": f"by {self.options.by}"} if self.options.by else {}),
+            "weights": self.weight_field.describe() if self.weight_field else "none (unweighted)",
             "diff_steps": ",".join(map(str, self.diff_steps)),
             "variables": ",".join(v.name for v in self.vars),
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
@@ -239,7 +248,7 @@ class XarraySource:
                 )
                 for split in self.splits:
                     out[f"{v.name}__{split.name}"] = Block(
-                        array, self._channels(v), (0, array.shape[0])
+                        array, self._channels(v), (0, array.shape[0]), weights=v.weights
                     )
                 continue
             for split in self.splits:
@@ -251,7 +260,7 @@ class XarraySource:
                     diffs[k] = (d0 - r0, hi - r0) if d0 < hi else (0, 0)
                 groups = self.groups[2][r0:b1] if self.groups else None
                 out[f"{v.name}__{split.name}"] = Block(
-                    arrays[v.name], self._channels(v), values, diffs, groups
+                    arrays[v.name], self._channels(v), values, diffs, groups, v.weights
                 )
         return out
 
@@ -331,6 +340,17 @@ class XarraySource:
             # sorted: an unconsolidated zarr 3 store lists its arrays in no fixed order
             "variables": sorted([v.name, list(v.features)] for v in self.vars),
             "diff_steps": list(self.diff_steps),
+            **({"weights": self.weights_identity()} if self.weight_field else {}),
+        }
+
+    def weights_identity(self) -> dict[str, Any] | None:
+        """What weighted the statistics (None: unweighted): a resume, an update or a
+        merge must use the same weights, bit for bit."""
+        if self.weight_field is None:
+            return None
+        return {
+            "method": self.weight_field.method,
+            "digests": {v.name: weights_digest(v.weights) for v in self.vars},
         }
 
     def close(self) -> None:

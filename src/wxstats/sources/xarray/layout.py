@@ -47,6 +47,9 @@ class Variable:
     coords: dict[str, tuple[Any, ...]]
     out_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
     raw_itemsize: int = 8
+    grid_sizes: dict[str, int] = field(default_factory=dict)
+    weights: np.ndarray | None = None
+    """float64 (n_grid,): the weight of each grid point (``--weights``), else None."""
 
     @property
     def n_features(self) -> int:
@@ -202,6 +205,7 @@ def _variable(
         units=units,
         long_names=long_names,
         coords=coords,
+        grid_sizes={d: int(da.sizes[d]) for d in gdims},
     )
 
 
@@ -215,6 +219,7 @@ def stream_specs(
     splits: list[Split],
     steps: tuple[int, ...],
     groups: tuple[str, list[int]] | None = None,
+    weighted: bool = False,
 ) -> list[StreamSpec]:
     """One stream per (split, variable), named ``{variable}__{split}``, laid out
     for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
@@ -248,5 +253,7 @@ def stream_specs(
             )
             name = f"{v.name}__{split.name}"
             diff_steps = steps if v.has_time else ()
-            streams.append(StreamSpec(name, features, units, diff_steps, long_names, layout))
+            streams.append(
+                StreamSpec(name, features, units, diff_steps, long_names, layout, weighted)
+            )
     return streams

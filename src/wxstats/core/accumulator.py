@@ -1,0 +1,210 @@
+"""A run's accumulator: the exact moments of every stream, packed to travel.
+
+:class:`RunMoments` groups the :class:`~wxstats.core.combine.Moments` of a run
+(per stream: the values and the differences for each step), adds a block's
+per-step sums to them, and packs into flat fixed-size arrays (int64 limbs for
+sums, float64 for extremes), which the gather across ranks, the checkpoints
+and the state files move: never pickled objects. :meth:`RunMoments.extract`
+rounds them once into the :class:`~wxstats.core.stats.Stats` a run returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wxstats.core.combine import Moments, NonFiniteSums, StreamReference, unit_sums
+from wxstats.core.errors import InputError
+from wxstats.core.kernels import BlockSums
+from wxstats.core.stats import DiffStats, Stats, StreamSpec, StreamStats
+
+
+@dataclass
+class StreamMoments:
+    """Moments of one stream's values and of its differences for each step."""
+
+    values: Moments
+    diffs: dict[int, Moments] = field(default_factory=dict)
+
+    @staticmethod
+    def create(n_features: int, steps: tuple[int, ...], weighted: bool = False) -> StreamMoments:
+        return StreamMoments(
+            Moments.create(n_features, weighted),
+            {k: Moments.create(n_features, weighted) for k in steps},
+        )
+
+    def add(self, sums: BlockSums, per_step: bool, at: int = 0) -> None:
+        """Add a block's per-step sums (to features from ``at``: a climatology's
+        group). Raises :class:`NonFiniteSums`, before changing anything, when a
+        unit's sum is not finite (the values span too wide a range for float64
+        sums); its features count from ``at``."""
+        steps = sorted(self.diffs)
+        parts = [(sums.step_sum1, sums.step_sum2)]
+        parts += [(sums.diff_step_sum1[k], sums.diff_step_sum2[k]) for k in steps]
+        units = [(unit_sums(a, per_step), unit_sums(b, per_step)) for a, b in parts]
+        bad = sorted(
+            {
+                f
+                for a, b in units
+                for f in np.flatnonzero(~(np.isfinite(a).all(0) & np.isfinite(b).all(0)))
+            }
+        )
+        if bad:
+            raise NonFiniteSums([at + int(f) for f in bad])
+        weights: list[np.ndarray | None] = [None] * len(parts)
+        if self.values.weighted:
+            if sums.step_weight is None:
+                raise ValueError("a weighted stream was given unweighted block sums")
+            weights = [unit_sums(sums.step_weight, per_step)]
+            weights += [unit_sums(sums.diff_step_weight[k], per_step) for k in steps]
+        (v1, v2), *diff_units = units
+        self.values.add(
+            sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count, at, weights[0]
+        )
+        for i, (k, (d1, d2)) in enumerate(zip(steps, diff_units, strict=True)):
+            self.diffs[k].add(
+                sums.diff_count[k],
+                d1,
+                d2,
+                sums.diff_minimum.get(k),
+                sums.diff_maximum.get(k),
+                at=at,
+                weights=weights[1 + i],
+            )
+
+    def merge(self, other: StreamMoments) -> None:
+        self.values.merge(other.values)
+        for k, moments in other.diffs.items():
+            self.diffs[k].merge(moments)
+
+    def parts(self) -> list[Moments]:
+        return [self.values] + [self.diffs[k] for k in sorted(self.diffs)]
+
+
+@dataclass
+class RunMoments:
+    """All streams of a run, keyed by stream name: the accumulator a rank
+    fills, checkpoints and gathers (see module docstring)."""
+
+    streams: dict[str, StreamMoments]
+
+    @staticmethod
+    def create(specs: list[StreamSpec]) -> RunMoments:
+        return RunMoments(
+            {s.name: StreamMoments.create(len(s.features), s.diff_steps, s.weighted) for s in specs}
+        )
+
+    def empty_like(self) -> RunMoments:
+        """An empty accumulator of the same layout (streams, features, steps)."""
+        return RunMoments(
+            {
+                name: StreamMoments.create(
+                    s.values.n_features, tuple(sorted(s.diffs)), s.values.weighted
+                )
+                for name, s in self.streams.items()
+            }
+        )
+
+    def add(self, stream: str, sums: BlockSums, per_step: bool, at: int = 0) -> None:
+        self.streams[stream].add(sums, per_step, at)
+
+    def merge(self, other: RunMoments) -> None:
+        for name, stream in other.streams.items():
+            self.streams[name].merge(stream)
+
+    def _parts(self) -> list[Moments]:
+        return [m for name in sorted(self.streams) for m in self.streams[name].parts()]
+
+    def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat (int64 sums, float64 minima, float64 maxima) of every part."""
+        packed = [m.pack() for m in self._parts()]
+        return (
+            np.concatenate([p[0] for p in packed]),
+            np.concatenate([p[1] for p in packed]),
+            np.concatenate([p[2] for p in packed]),
+        )
+
+    def n_words(self) -> int:
+        """The length of the packed int64 sums of this layout."""
+        return sum(m.n_features * Moments.words_per_feature(m.weighted) for m in self._parts())
+
+    def unpack_like(self, ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray) -> None:
+        """Replace the contents with packed arrays of the same layout."""
+        if ints.shape[0] != self.n_words():
+            raise ValueError(f"{ints.shape[0]} words do not fit this layout")
+        i = j = 0
+        for name in sorted(self.streams):
+            stream = self.streams[name]
+            f = stream.values.n_features
+            weighted = stream.values.weighted
+            words = f * Moments.words_per_feature(weighted)
+            unpacked = []
+            for _ in stream.parts():
+                unpacked.append(
+                    Moments.unpack(
+                        ints[i : i + words], minimum[j : j + f], maximum[j : j + f], weighted
+                    )
+                )
+                i += words
+                j += f
+            stream.values = unpacked[0]
+            stream.diffs = dict(zip(sorted(stream.diffs), unpacked[1:], strict=True))
+
+    def extract(
+        self, specs: list[StreamSpec], refs: dict[str, StreamReference], source_kind: str
+    ) -> Stats:
+        """Round the exact sums once into statistics; refuse what is unusable
+        (a feature without a single finite value)."""
+        streams: dict[str, StreamStats] = {}
+        notes: list[str] = []
+        for spec in specs:
+            moments = self.streams[spec.name]
+            values = moments.values
+            for f, name in enumerate(spec.features):
+                # no value at all (a climatology's month without data) is NaN;
+                # only NaN values are unusable
+                if values.count[f] == 0 and values.nan_count[f] > 0:
+                    raise InputError(
+                        f"variable {name} ({spec.name}): no finite values in the whole split "
+                        f"({int(values.nan_count[f])} NaN); nothing to standardize with"
+                    )
+            mean, std = values.extract(refs[spec.name].values)
+            diff: dict[int | None, DiffStats] = {}
+            for k in spec.diff_steps:
+                part = moments.diffs[k]
+                if not part.count.any():
+                    notes.append(
+                        f"{spec.name}: no pairs of time steps {k} apart; "
+                        f"difference statistics for step {k} are absent"
+                    )
+                    continue
+                d_mean, d_std = part.extract(refs[spec.name].diffs[k])
+                diff[k] = DiffStats(
+                    mean=d_mean,
+                    std=d_std,
+                    count=part.count.copy(),
+                    minimum=np.where(part.count > 0, part.minimum, np.nan),
+                    maximum=np.where(part.count > 0, part.maximum, np.nan),
+                )
+            for f, name in enumerate(spec.features):
+                if std[f] == 0:
+                    notes.append(
+                        f"variable {name} ({spec.name}) is constant (std 0): standardizing by "
+                        "it divides by zero; consider dropping it"
+                    )
+            streams[spec.name] = StreamStats(
+                name=spec.name,
+                features=list(spec.features),
+                units=list(spec.units),
+                mean=mean,
+                std=std,
+                count=values.count.copy(),
+                minimum=np.where(values.count > 0, values.minimum, np.nan),
+                maximum=np.where(values.count > 0, values.maximum, np.nan),
+                nan_count=values.nan_count.copy(),
+                diff=diff,
+                long_names=list(spec.long_names),
+                layout=spec.layout,
+            )
+        return Stats(source_kind=source_kind, streams=streams, warnings=notes)

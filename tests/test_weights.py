@@ -1,0 +1,224 @@
+"""Area-weighted statistics (``--weights``): against an explicitly weighted float64
+numpy reference, byte-identical across block sizes, ranks, states and updates,
+recorded in the outputs, and refused clearly where the weights cannot be right.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import xarray as xr
+from distributed_helpers import env
+from gridded_data import gridded, write_zarr
+
+from wxstats.cli import main
+from wxstats.io.read import read_stats
+
+LATS = np.array([-80.0, -45.0, -10.0, 20.0, 55.0, 89.0])
+STEPS = ["--diff-steps", "1,3", "--quiet"]
+RANGES = {"a": slice(0, 20), "b": slice(20, 33), "c": slice(33, 50)}
+
+
+def _dataset() -> tuple[xr.Dataset, dict]:
+    ds, truth = gridded(n_time=50)  # y (6) x x (7), z on 2 levels, packed msl
+    area = np.random.default_rng(5).uniform(0.5, 2.0, (6, 7))
+    ds = ds.assign_coords(lat=("y", LATS, {"units": "degrees_north"}))
+    return ds.assign(cell_area=(("y", "x"), area, {"units": "m2"})), truth
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("weights")
+    ds, truth = _dataset()
+    write_zarr(ds, root / "full.zarr")
+    for name, cut in RANGES.items():
+        write_zarr(ds.isel(time=cut), root / f"{name}.zarr", time_chunk=5)
+    return root, ds, truth
+
+
+def weighted_reference(x: np.ndarray, w: np.ndarray, steps=(1, 3)) -> dict:
+    """Weighted two-pass float64 statistics of ``x`` (time, y, x, feature) with
+    weights ``w`` (y, x): sum(w x) / sum(w), sum(w (x - mean)^2) / sum(w)."""
+
+    def moments(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ww = np.broadcast_to(w[None, :, :, None], v.shape)
+        total = ww.sum(axis=(0, 1, 2))
+        mean = (ww * v).sum(axis=(0, 1, 2)) / total
+        var = (ww * (v - mean) ** 2).sum(axis=(0, 1, 2)) / total
+        return mean, np.sqrt(var)
+
+    out = {"values": moments(x)}
+    for k in steps:
+        out[k] = moments(x[k:] - x[:-k])
+    return out
+
+
+def _coslat(n_x: int = 7) -> np.ndarray:
+    return np.repeat(np.cos(np.deg2rad(LATS))[:, None], n_x, axis=1)
+
+
+def _check(stats, truth, weights, split="train", rtol=1e-12):
+    for var in ("t2m", "z", "msl"):
+        stream = stats.streams[f"{var}__{split}"]
+        ref = weighted_reference(truth[var], weights)
+        np.testing.assert_allclose(stream.mean, ref["values"][0], rtol=rtol, err_msg=var)
+        np.testing.assert_allclose(stream.std, ref["values"][1], rtol=rtol, err_msg=var)
+        for k in (1, 3):
+            np.testing.assert_allclose(stream.diff[k].mean, ref[k][0], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(stream.diff[k].std, ref[k][1], rtol=rtol, err_msg=var)
+        # counts and extremes stay those of the values themselves
+        assert list(stream.count) == [50 * 42] * stream.mean.shape[0]
+
+
+def values(path) -> dict[str, bytes]:
+    with xr.open_dataset(path) as ds:
+        return {name: ds[name].values.tobytes() for name in sorted(ds.data_vars)}
+
+
+@pytest.mark.parametrize(
+    "spec, weights",
+    [("coslat", _coslat()), ("cell_area", None)],
+    ids=["coslat", "field"],
+)
+def test_weighted_statistics_match_an_explicit_reference(store, tmp_path, spec, weights):
+    root, ds, truth = store
+    out = tmp_path / "w.nc"
+    args = ["compute", str(root / "full.zarr"), "--weights", spec, "--output", str(out)]
+    assert main([*args, "--variables", "t2m,z,msl", *STEPS]) == 0
+    w = ds["cell_area"].values if weights is None else weights
+    stats = read_stats(out)
+    _check(stats, truth, w)
+    # unweighted statistics differ: the weighting did something
+    plain = weighted_reference(truth["t2m"], np.ones((6, 7)))["values"][0]
+    assert abs(stats.streams["t2m__train"].mean[0] - plain[0]) > 1e-3
+    with xr.open_dataset(out) as f:
+        assert spec in f.attrs["source_weights"]
+        assert "weighted by grid point" in f.attrs["method"]
+
+
+def test_weights_from_another_file(store, tmp_path):
+    root, ds, truth = store
+    other = tmp_path / "grid.nc"
+    ds[["cell_area"]].rename({"cell_area": "area"}).to_netcdf(other)
+    out = tmp_path / "w.nc"
+    args = ["compute", str(root / "full.zarr"), "--weights", f"{other}:area", "--output", str(out)]
+    assert main([*args, *STEPS]) == 0
+    _check(read_stats(out), truth, ds["cell_area"].values)
+
+
+def test_cosines_are_the_c_library_ones(store):
+    """The weights are cos(radians(lat)) of Python's math module, bit for bit
+    (numpy's SIMD cosines may differ by an ulp between CPUs)."""
+    from wxstats.sources.xarray import XarrayOptions, XarraySource
+
+    root, _, _ = store
+    source = XarraySource(root / "full.zarr", XarrayOptions(weights="coslat"))
+    t2m = next(v for v in source.vars if v.name == "t2m")
+    expected = [math.cos(math.radians(lat)) for lat in LATS for _ in range(7)]
+    assert t2m.weights.tobytes() == np.array(expected).tobytes()
+    source.close()
+
+
+def test_block_size_and_ranks_never_change_a_bit(store, tmp_path, monkeypatch):
+    root, _, _ = store
+    monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
+    outputs = []
+    for extra in ([], ["--block-mb", "0.001"], ["--nproc", "3", "--block-mb", "0.002"]):
+        out = tmp_path / f"w{len(outputs)}.nc"
+        args = ["compute", str(root / "full.zarr"), "--weights", "coslat", "--output", str(out)]
+        assert main([*args, *extra, *STEPS]) == 0
+        outputs.append(values(out))
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
+@pytest.mark.parametrize("by", [None, "month"])
+def test_weighted_states_grow_into_the_full_run(store, tmp_path, by):
+    """State on the first range, updated twice, or merged in another order:
+    the bytes of one weighted run over everything (also as a climatology)."""
+    root, _, truth = store
+    opts = ["--weights", "coslat", *STEPS, *(["--by", by] if by else [])]
+    full = tmp_path / "full.nc"
+    assert main(["compute", str(root / "full.zarr"), "--output", str(full), *opts]) == 0
+    for name in RANGES:
+        ref = [] if name == "a" else ["--reference-state", str(tmp_path / "a.wxstate")]
+        state = ["--state", str(tmp_path / f"{name}.wxstate")]
+        out = ["--output", str(tmp_path / f"{name}.nc")]
+        assert main(["compute", str(root / f"{name}.zarr"), *state, *out, *ref, *opts]) == 0
+    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.nc"
+    assert main(["update", str(tmp_path / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab),
+                 "--quiet"]) == 0  # fmt: skip
+    assert main(["update", str(ab), str(root / "c.zarr"), "--output", str(abc), "--quiet"]) == 0
+    assert values(abc) == values(full)
+    merged = tmp_path / "m.nc"
+    states = [str(tmp_path / f"{n}.wxstate") for n in "cab"]
+    assert main(["merge", *states, "--output", str(merged), "--quiet"]) == 0
+    assert values(merged) == values(full)
+    if by is None:
+        _check(read_stats(full), truth, _coslat())
+
+
+# -- refused, one line, nothing written ------------------------------------------------
+def _refused(capsys, folder, args, *words):
+    before = sorted(p.name for p in folder.iterdir())
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wxstats: error: "), err
+    for word in words:
+        assert word in err[0], (word, err[0])
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def _write(ds: xr.Dataset, path):
+    write_zarr(ds, path)
+    return str(path)
+
+
+def test_bad_weights_are_refused(store, tmp_path, capsys):
+    root, ds, _ = store
+    out = ["--output", str(tmp_path / "o.nc"), "--quiet"]
+    no_lat = _write(ds.drop_vars("lat"), tmp_path / "nolat.zarr")
+    _refused(capsys, tmp_path, ["compute", no_lat, "--weights", "coslat", *out],
+             "nolat.zarr", "latitude coordinate")  # fmt: skip
+    bad_lat = _write(ds.assign_coords(lat=("y", LATS + 5)), tmp_path / "badlat.zarr")
+    _refused(capsys, tmp_path, ["compute", bad_lat, "--weights", "coslat", *out],
+             "badlat.zarr", "variable lat", "-90..90")  # fmt: skip
+    negative = _write(ds.assign(cell_area=-ds.cell_area), tmp_path / "neg.zarr")
+    _refused(capsys, tmp_path, ["compute", negative, "--weights", "cell_area", *out],
+             "neg.zarr", "cell_area", "negative")  # fmt: skip
+    full = str(root / "full.zarr")
+    _refused(capsys, tmp_path, ["compute", full, "--weights", "area", *out],
+             "full.zarr", "no variable 'area'")  # fmt: skip
+    on_level = _write(ds.assign(lw=("level", [1.0, 2.0])), tmp_path / "lvl.zarr")
+    _refused(capsys, tmp_path, ["compute", on_level, "--weights", "lw", "--variables", "t2m", *out],
+             "variable lw", "level", "t2m")  # fmt: skip
+
+
+def test_weights_must_match_to_grow(store, tmp_path, capsys):
+    """An update takes the state's weights; other latitudes, or a state summed
+    without weights, are refused."""
+    root, ds, _ = store
+    a = tmp_path / "a.wxstate"
+    args = ["compute", str(root / "a.zarr"), "--weights", "coslat", "--state", str(a)]
+    assert main([*args, "--output", str(tmp_path / "a.nc"), *STEPS]) == 0
+    moved = _write(ds.isel(time=RANGES["b"]).assign_coords(lat=("y", LATS - 1)),
+                   tmp_path / "moved.zarr")  # fmt: skip
+    _refused(capsys, tmp_path, ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"),
+             "--quiet"], "moved.zarr", "--weights coslat: other weights")  # fmt: skip
+    plain = tmp_path / "plain.wxstate"
+    args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
+    _refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
+
+
+def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):
+    _refused(capsys, tmp_path, ["compute", str(meps_small), "--weights", "coslat", "--quiet"],
+             "--weights", "zarr/netCDF")  # fmt: skip
+
+
+def test_weights_are_not_written_into_a_data_prep_store(tmp_path, capsys):
+    from gridded_data import mdp_store
+
+    mdp_store(tmp_path / "s.zarr")
+    _refused(capsys, tmp_path, ["compute", str(tmp_path / "s.zarr"), "--write-into",
+             "--weights", "coslat", "--quiet"], "--weights coslat", "--output")  # fmt: skip
