@@ -17,6 +17,7 @@ import pytest
 import xarray as xr
 from distributed_helpers import env
 from gridded_data import assert_stream_matches, gridded, reference, write_zarr
+from refusals import assert_refused
 
 from wxstats.cli import main
 from wxstats.io.formats.wxstate import FORMAT_VERSION
@@ -153,15 +154,6 @@ def test_update_with_two_processes(data, tmp_path, monkeypatch):
 
 
 # -- refused, one line, nothing written ------------------------------------------------
-def _refused(capsys, tmp_path, args, *words):
-    before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("wxstats: error: "), err
-    for word in words:
-        assert word in err[0], err[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == before
-    return err[0]
 
 
 def _update(root, tmp_path, base, data, *more):
@@ -181,13 +173,13 @@ def _update(root, tmp_path, base, data, *more):
 def test_update_refuses_overlap(data, tmp_path, capsys):
     root, _ = data
     args = _update(root, tmp_path, root / "a.wxstate", root / "full.zarr")
-    _refused(capsys, tmp_path, args, "full.zarr", "overlaps", "a.wxstate")
+    assert_refused(capsys, tmp_path, args, "full.zarr", "overlaps", "a.wxstate")
 
 
 def test_update_refuses_a_gap_unless_allowed(data, tmp_path, capsys):
     root, truth = data
     args = _update(root, tmp_path, root / "a.wxstate", root / "c.nc")
-    _refused(capsys, tmp_path, args, "c.nc", "gap", "2021-01-01T20:00:00", "--allow-gap")
+    assert_refused(capsys, tmp_path, args, "c.nc", "gap", "2021-01-01T20:00:00", "--allow-gap")
     assert main([*args, "--allow-gap", "--quiet"]) == 0
     stats = read_stats(tmp_path / "o.nc")
     both = np.concatenate([truth["t2m"][:20], truth["t2m"][35:]])
@@ -219,12 +211,12 @@ def test_update_refuses_other_variables_or_units(data, tmp_path, capsys):
         )
         == 0
     )
-    _refused(
+    assert_refused(
         capsys, tmp_path, _update(root, tmp_path, base, other), "units.nc", "t2m", "units", "degC"
     )
     fewer = tmp_path / "fewer.nc"
     ds.drop_vars("msl").to_netcdf(fewer)
-    _refused(capsys, tmp_path, _update(root, tmp_path, base, fewer), "msl")
+    assert_refused(capsys, tmp_path, _update(root, tmp_path, base, fewer), "msl")
     ds.close()
 
 
@@ -246,7 +238,7 @@ def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
         == 0
     )
     args = ["merge", str(root / "a.wxstate"), str(own), "--output", str(tmp_path / "m.nc")]
-    _refused(capsys, tmp_path, args, "b-own.wxstate", "references", "--reference-state")
+    assert_refused(capsys, tmp_path, args, "b-own.wxstate", "references", "--reference-state")
     args = [
         "merge",
         str(root / "a.wxstate"),
@@ -255,7 +247,7 @@ def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
         "--output",
         str(tmp_path / "m.nc"),
     ]
-    _refused(capsys, tmp_path, args, "b.wxstate", "named twice")
+    assert_refused(capsys, tmp_path, args, "b.wxstate", "named twice")
     ab = tmp_path / "ab.wxstate"
     assert (
         main(
@@ -264,7 +256,7 @@ def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
         == 0
     )
     args = ["merge", str(ab), str(root / "b.wxstate"), "--output", str(tmp_path / "m.nc")]
-    _refused(capsys, tmp_path, args, "b.wxstate", "overlaps", "ab.wxstate")
+    assert_refused(capsys, tmp_path, args, "b.wxstate", "overlaps", "ab.wxstate")
 
 
 def test_newer_format_version_is_refused(data, tmp_path, capsys):
@@ -273,7 +265,7 @@ def test_newer_format_version_is_refused(data, tmp_path, capsys):
     shutil.copy(root / "a.wxstate", newer)
     with netCDF4.Dataset(newer, "a") as nc:
         nc.setncattr("wxstats_state_version", np.int32(FORMAT_VERSION + 1))
-    _refused(
+    assert_refused(
         capsys,
         tmp_path,
         _update(root, tmp_path, newer, root / "b.zarr"),
@@ -289,7 +281,7 @@ def test_truncated_or_altered_state_is_refused(data, tmp_path, capsys, cut):
     bad = tmp_path / "bad.wxstate"
     raw = (root / "a.wxstate").read_bytes()
     bad.write_bytes(raw[: int(len(raw) * cut)])
-    _refused(
+    assert_refused(
         capsys,
         tmp_path,
         _update(root, tmp_path, bad, root / "b.zarr"),
@@ -304,7 +296,7 @@ def test_altered_sums_are_refused(data, tmp_path, capsys):
     shutil.copy(root / "a.wxstate", bad)
     with netCDF4.Dataset(bad, "a") as nc:
         nc["sums"][0] = nc["sums"][0] + 1
-    _refused(
+    assert_refused(
         capsys,
         tmp_path,
         ["merge", str(bad), str(root / "b.wxstate"), "--output", str(tmp_path / "m.nc")],
@@ -317,10 +309,10 @@ def test_state_refuses_several_splits_and_short_ranges(data, tmp_path, capsys):
     root, _ = data
     two = ["--split", "x=2021-01-01T00/2021-01-01T09", "--split", "y=2021-01-01T10/2021-01-01T19"]
     args = ["compute", str(root / "a.zarr"), "--state", str(tmp_path / "s.wxstate"), *two, *STEPS]
-    _refused(capsys, tmp_path, args, "one split", "--split")
+    assert_refused(capsys, tmp_path, args, "one split", "--split")
     short = ["--split", "x=2021-01-01T00/2021-01-01T05"]
     args = ["compute", str(root / "a.zarr"), "--state", str(tmp_path / "s.wxstate"), *short, *STEPS]
-    _refused(capsys, tmp_path, args, "6 time steps", "--reference-state")
+    assert_refused(capsys, tmp_path, args, "6 time steps", "--reference-state")
 
 
 def test_static_field_counted_once_and_checked(data, tmp_path, capsys):
@@ -356,7 +348,7 @@ def test_static_field_counted_once_and_checked(data, tmp_path, capsys):
     changed["orog"] = changed["orog"] + 1.0
     write_zarr(changed, other)
     args = ["update", str(a), str(other), "--output", str(tmp_path / "x.nc")]
-    _refused(capsys, tmp_path, args, "b2.zarr", "static variable orog")
+    assert_refused(capsys, tmp_path, args, "b2.zarr", "static variable orog")
 
 
 def test_ranges_shorter_than_the_largest_step(data, tmp_path):
@@ -399,9 +391,9 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
 def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path, capsys):
     root, _ = data
     args = ["compute", str(root / "b.zarr"), "--reference-state", str(root / "a.wxstate")]
-    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "--state")
+    assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "--state")
     args = ["compute", str(meps_small), "--state", str(tmp_path / "m.wxstate"), "--quiet"]
-    _refused(
+    assert_refused(
         capsys,
         tmp_path,
         [*args, "--output-dir", str(tmp_path / "o")],
@@ -453,13 +445,13 @@ def test_update_refuses_another_kind_of_time_axis(data, tmp_path, capsys):
         numeric = ds.assign_coords(time=np.arange(20, 35)).load()
     numeric.to_netcdf(tmp_path / "numeric.nc")
     args = _update(root, tmp_path, root / "a.wxstate", tmp_path / "numeric.nc")
-    _refused(capsys, tmp_path, args, "numeric.nc", "time axis", "datetime64[ns]")
+    assert_refused(capsys, tmp_path, args, "numeric.nc", "time axis", "datetime64[ns]")
 
 
 def test_update_refuses_earlier_data(data, tmp_path, capsys):
     root, _ = data
     args = _update(root, tmp_path, root / "b.wxstate", root / "a.zarr")
-    _refused(capsys, tmp_path, args, "a.zarr", "before", "merge")
+    assert_refused(capsys, tmp_path, args, "a.zarr", "before", "merge")
 
 
 def test_missing_values_across_the_seams(tmp_path):
@@ -565,6 +557,6 @@ def test_update_only_new_of_a_store_appended_in_place(data, tmp_path, capsys):
     changed["t2m"][18, 0, 0] = changed["t2m"][18, 0, 0] + 1  # inside the state's tail
     write_zarr(changed, tmp_path / "changed.zarr")
     args = ["update", str(root / "a.wxstate"), str(tmp_path / "changed.zarr"), "--only-new"]
-    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "t2m", "changed")
+    assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "t2m", "changed")
     args = ["update", str(root / "a.wxstate"), str(root / "a.zarr"), "--only-new"]
-    _refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "nothing to add")
+    assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "nothing to add")

@@ -12,6 +12,7 @@ import pytest
 import xarray as xr
 from distributed_helpers import env
 from gridded_data import gridded, write_zarr
+from refusals import assert_refused
 
 from wxstats.cli import main
 from wxstats.io.read import read_stats
@@ -160,14 +161,6 @@ def test_weighted_states_grow_into_the_full_run(store, tmp_path, by):
 
 
 # -- refused, one line, nothing written ------------------------------------------------
-def _refused(capsys, folder, args, *words):
-    before = sorted(p.name for p in folder.iterdir())
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("wxstats: error: "), err
-    for word in words:
-        assert word in err[0], (word, err[0])
-    assert sorted(p.name for p in folder.iterdir()) == before
 
 
 def _write(ds: xr.Dataset, path):
@@ -179,19 +172,19 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
     root, ds, _ = store
     out = ["--output", str(tmp_path / "o.nc"), "--quiet"]
     no_lat = _write(ds.drop_vars("lat"), tmp_path / "nolat.zarr")
-    _refused(capsys, tmp_path, ["compute", no_lat, "--weights", "coslat", *out],
+    assert_refused(capsys, tmp_path, ["compute", no_lat, "--weights", "coslat", *out],
              "nolat.zarr", "latitude coordinate")  # fmt: skip
     bad_lat = _write(ds.assign_coords(lat=("y", LATS + 5)), tmp_path / "badlat.zarr")
-    _refused(capsys, tmp_path, ["compute", bad_lat, "--weights", "coslat", *out],
+    assert_refused(capsys, tmp_path, ["compute", bad_lat, "--weights", "coslat", *out],
              "badlat.zarr", "variable lat", "-90..90")  # fmt: skip
     negative = _write(ds.assign(cell_area=-ds.cell_area), tmp_path / "neg.zarr")
-    _refused(capsys, tmp_path, ["compute", negative, "--weights", "cell_area", *out],
+    assert_refused(capsys, tmp_path, ["compute", negative, "--weights", "cell_area", *out],
              "neg.zarr", "cell_area", "negative")  # fmt: skip
     full = str(root / "full.zarr")
-    _refused(capsys, tmp_path, ["compute", full, "--weights", "area", *out],
+    assert_refused(capsys, tmp_path, ["compute", full, "--weights", "area", *out],
              "full.zarr", "no variable 'area'")  # fmt: skip
     on_level = _write(ds.assign(lw=("level", [1.0, 2.0])), tmp_path / "lvl.zarr")
-    _refused(capsys, tmp_path, ["compute", on_level, "--weights", "lw", "--variables", "t2m", *out],
+    assert_refused(capsys, tmp_path, ["compute", on_level, "--weights", "lw", "--variables", "t2m", *out],
              "variable lw", "level", "t2m")  # fmt: skip
 
 
@@ -204,15 +197,15 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
     assert main([*args, "--output", str(tmp_path / "a.nc"), *STEPS]) == 0
     moved = _write(ds.isel(time=RANGES["b"]).assign_coords(lat=("y", LATS - 1)),
                    tmp_path / "moved.zarr")  # fmt: skip
-    _refused(capsys, tmp_path, ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"),
+    assert_refused(capsys, tmp_path, ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"),
              "--quiet"], "moved.zarr", "--weights coslat: other weights")  # fmt: skip
     plain = tmp_path / "plain.wxstate"
     args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
-    _refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
+    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
 
 
 def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):
-    _refused(capsys, tmp_path, ["compute", str(meps_small), "--weights", "coslat", "--quiet"],
+    assert_refused(capsys, tmp_path, ["compute", str(meps_small), "--weights", "coslat", "--quiet"],
              "--weights", "zarr/netCDF")  # fmt: skip
 
 
@@ -220,5 +213,5 @@ def test_weights_are_not_written_into_a_data_prep_store(tmp_path, capsys):
     from gridded_data import mdp_store
 
     mdp_store(tmp_path / "s.zarr")
-    _refused(capsys, tmp_path, ["compute", str(tmp_path / "s.zarr"), "--write-into",
+    assert_refused(capsys, tmp_path, ["compute", str(tmp_path / "s.zarr"), "--write-into",
              "--weights", "coslat", "--quiet"], "--weights coslat", "--output")  # fmt: skip

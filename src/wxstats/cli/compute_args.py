@@ -165,10 +165,11 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     )
     z.add_argument(
         "--weights",
-        metavar="coslat|VAR|FILE:VAR",
+        metavar="coslat|VAR|FILE:VAR|none",
         help="area-weighted statistics of values, differences and forcings: coslat weights "
         "each grid point by the cosine of its latitude coordinate; VAR by a field of the "
-        "dataset (a cell area), FILE:VAR by one of another file; recorded in every output",
+        "dataset (a cell area), FILE:VAR by one of another file; none: unweighted (the "
+        "default, but for --format makani: coslat); recorded in every output",
     )
     z.add_argument(
         "--diff-steps",
@@ -189,11 +190,14 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument(
         "--format",
         dest="output_format",
-        choices=("netcdf", "graphcast"),
+        choices=("netcdf", "graphcast", "makani"),
         default="netcdf",
         help="netcdf: one statistics file (default); graphcast: mean_by_level.nc, "
         "stddev_by_level.nc, diffs_stddev_by_level.nc, min_by_level.nc in --output-dir, "
-        "one variable per field with the dataset's level coordinate (one split, one step)",
+        "one variable per field with the dataset's level coordinate (one split, one step); "
+        "makani: global_means.npy, global_stds.npy, mins.npy, maxs.npy, time_means.npy, "
+        "time_diff_{means,stds}_dt{K}.npy in --output-dir, channels in --variables order, "
+        "weighted by cos(latitude) as makani's quadrature unless --weights says otherwise",
     )
     z.add_argument(
         "--write-into",

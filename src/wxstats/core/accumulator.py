@@ -6,6 +6,8 @@ per-step sums to them, and packs into flat fixed-size arrays (int64 limbs for
 sums, float64 for extremes), which the gather across ranks, the checkpoints
 and the state files move: never pickled objects. :meth:`RunMoments.extract`
 rounds them once into the :class:`~wxstats.core.stats.Stats` a run returns.
+A stream may also hold per-grid-point time sums (:mod:`wxstats.core.cellsums`),
+packed after every stream's moments.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wxstats.core.cellsums import cell_means
 from wxstats.core.combine import Moments, NonFiniteSums, StreamReference, unit_sums
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import BlockSums
@@ -26,12 +29,17 @@ class StreamMoments:
 
     values: Moments
     diffs: dict[int, Moments] = field(default_factory=dict)
+    cells: np.ndarray | None = None
+    """int64 (2, G, F): per-grid-point time sums (limbs), when the stream asks for them."""
 
     @staticmethod
-    def create(n_features: int, steps: tuple[int, ...], weighted: bool = False) -> StreamMoments:
+    def create(
+        n_features: int, steps: tuple[int, ...], weighted: bool = False, grid_points: int = 0
+    ) -> StreamMoments:
         return StreamMoments(
             Moments.create(n_features, weighted),
             {k: Moments.create(n_features, weighted) for k in steps},
+            np.zeros((2, grid_points, n_features), dtype=np.int64) if grid_points else None,
         )
 
     def add(self, sums: BlockSums, per_step: bool, at: int = 0) -> None:
@@ -77,6 +85,8 @@ class StreamMoments:
         self.values.merge(other.values)
         for k, moments in other.diffs.items():
             self.diffs[k].merge(moments)
+        if self.cells is not None and other.cells is not None:
+            self.cells += other.cells
 
     def parts(self) -> list[Moments]:
         return [self.values] + [self.diffs[k] for k in sorted(self.diffs)]
@@ -92,7 +102,12 @@ class RunMoments:
     @staticmethod
     def create(specs: list[StreamSpec]) -> RunMoments:
         return RunMoments(
-            {s.name: StreamMoments.create(len(s.features), s.diff_steps, s.weighted) for s in specs}
+            {
+                s.name: StreamMoments.create(
+                    len(s.features), s.diff_steps, s.weighted, s.cell_grid_points
+                )
+                for s in specs
+            }
         )
 
     def empty_like(self) -> RunMoments:
@@ -100,7 +115,10 @@ class RunMoments:
         return RunMoments(
             {
                 name: StreamMoments.create(
-                    s.values.n_features, tuple(sorted(s.diffs)), s.values.weighted
+                    s.values.n_features,
+                    tuple(sorted(s.diffs)),
+                    s.values.weighted,
+                    0 if s.cells is None else s.cells.shape[1],
                 )
                 for name, s in self.streams.items()
             }
@@ -119,15 +137,19 @@ class RunMoments:
     def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Flat (int64 sums, float64 minima, float64 maxima) of every part."""
         packed = [m.pack() for m in self._parts()]
+        cells = [s.cells.ravel() for _, s in sorted(self.streams.items()) if s.cells is not None]
         return (
-            np.concatenate([p[0] for p in packed]),
+            np.concatenate([p[0] for p in packed] + cells),
             np.concatenate([p[1] for p in packed]),
             np.concatenate([p[2] for p in packed]),
         )
 
     def n_words(self) -> int:
         """The length of the packed int64 sums of this layout."""
-        return sum(m.n_features * Moments.words_per_feature(m.weighted) for m in self._parts())
+        cells = sum(s.cells.size for s in self.streams.values() if s.cells is not None)
+        return cells + sum(
+            m.n_features * Moments.words_per_feature(m.weighted) for m in self._parts()
+        )
 
     def unpack_like(self, ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray) -> None:
         """Replace the contents with packed arrays of the same layout."""
@@ -150,6 +172,22 @@ class RunMoments:
                 j += f
             stream.values = unpacked[0]
             stream.diffs = dict(zip(sorted(stream.diffs), unpacked[1:], strict=True))
+        for name in sorted(self.streams):
+            cells = self.streams[name].cells
+            if cells is not None:
+                self.streams[name].cells = ints[i : i + cells.size].reshape(cells.shape).copy()
+                i += cells.size
+
+    def _time_mean(self, spec: StreamSpec, ref: StreamReference) -> np.ndarray | None:
+        """The per-grid-point time means of a stream that summed them (NaN were refused)."""
+        moments = self.streams[spec.name]
+        if moments.cells is None:
+            return None
+        grid = moments.cells.shape[1]
+        steps = int(moments.values.count[0]) // grid if moments.values.count.size else 0
+        if steps == 0:
+            return np.full(moments.cells.shape[1:], np.nan)
+        return cell_means(moments.cells, steps, ref.values.shift, ref.values.scale)
 
     def extract(
         self, specs: list[StreamSpec], refs: dict[str, StreamReference], source_kind: str
@@ -206,5 +244,6 @@ class RunMoments:
                 diff=diff,
                 long_names=list(spec.long_names),
                 layout=spec.layout,
+                time_mean=self._time_mean(spec, refs[spec.name]),
             )
         return Stats(source_kind=source_kind, streams=streams, warnings=notes)

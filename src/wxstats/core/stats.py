@@ -97,6 +97,9 @@ class StreamSpec:
     layout: StreamLayout | None = None
     weighted: bool = False
     """Its blocks carry grid-point weights (``--weights``): weighted means and stds."""
+    cell_grid_points: int = 0
+    """Also sum every grid point over time (its time means, makani's ``time_means``):
+    the number of grid points, 0 for none."""
 
 
 @dataclass
@@ -138,6 +141,8 @@ class StreamStats:
     """False when the file has no feature names (they are then ``#0, #1, ...``)."""
     derived: set[str] = field(default_factory=set)
     """Entries computed from the other scale, not read (e.g. ``"diff3 mean"``)."""
+    time_mean: np.ndarray | None = None
+    """(G, F): the mean over time of every grid point (a run that asked for it)."""
 
     @property
     def category(self) -> str:

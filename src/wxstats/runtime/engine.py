@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 import numpy as np
 
 from wxstats.core.accumulator import RunMoments
+from wxstats.core.cellsums import CellRangeError, add_steps
 from wxstats.core.combine import NonFiniteSums, Reference, StreamReference
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block, BlockSums, block_sums
@@ -129,6 +130,22 @@ def blocks_accumulator(
                 {k: r.scale[part] for k, r in ref.diffs.items()},
             )
             _refuse_bad_values(where, spec, sums, skipna, at)
+            cells = acc.streams[spec.name].cells
+            if cells is not None:
+                t0, t1 = block.value_range
+                try:
+                    add_steps(
+                        cells,
+                        block.array[t0:t1][:, :, block.channels],
+                        ref.values.shift[part],
+                        ref.values.scale[part],
+                    )
+                except CellRangeError:
+                    raise InputError(
+                        f"{where}: variable(s) {', '.join(spec.features)}: values more than "
+                        "2**20 times their first time step's spread away from it; time means "
+                        "(makani's time_means) cannot be summed exactly"
+                    ) from None
             try:
                 acc.add(spec.name, sums, per_step, at)
             except NonFiniteSums as exc:

@@ -53,7 +53,8 @@ class ComputeOptions:
     output: Path | None = None
     write_into: bool = False
     output_format: str = "netcdf"
-    """zarr/netCDF: ``netcdf`` (one statistics file) or ``graphcast`` (its file set)."""
+    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast`` or ``makani``
+    (their sets of files)."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
     min_std: float | None = None

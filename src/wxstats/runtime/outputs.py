@@ -65,7 +65,10 @@ def open_source(options: ComputeOptions) -> Source:
             f"--by {options.by}: a climatology is written to a statistics file (--output, "
             "--summary), not with --write-into or --format graphcast"
         )
-    if options.weights and options.write_into:
+    makani = options.output_format == "makani"
+    if makani:
+        _refuse_for_makani(options)
+    if options.weights not in (None, "none") and options.write_into:
         # the store's statistics arrays are rewritten in place with no record of how they
         # were computed, and mllam-data-prep's own statistics are unweighted: a weighted
         # mean there could not be told from an unweighted one
@@ -80,7 +83,11 @@ def open_source(options: ComputeOptions) -> Source:
             splits=options.splits,
             period=options.period,
             by=options.by,
-            weights=options.weights,
+            # makani's own statistics are weighted by its quadrature, cos(latitude)
+            weights=None
+            if options.weights == "none"
+            else options.weights or ("coslat" if makani else None),
+            time_means=makani,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -90,6 +97,53 @@ def open_source(options: ComputeOptions) -> Source:
             io_threads=options.threads or 0,
         ),
     )
+
+
+def _refuse_for_makani(options: ComputeOptions) -> None:
+    """What makani's files cannot hold, refused before any data is read."""
+    given = {
+        "--output (give --output-dir)": options.output is not None,
+        "--write-into": options.write_into,
+        "--state": options.state is not None or options.base_state is not None,
+        "--skipna (makani's time means keep a NaN)": options.skipna,
+    }
+    flags = [flag for flag, value in given.items() if value]
+    if flags:
+        raise WxstatsError(
+            f"--format makani writes a folder of .npy files; not with {', '.join(flags)}"
+        )
+
+
+def _makani_outputs(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """makani's files: one split, fields on one 2-D grid (H, W)."""
+    from wxstats.io.formats.makani import makani_files, makani_outputs
+
+    splits = [s.name for s in source.splits]
+    if len(splits) != 1:
+        raise WxstatsError(
+            f"{source.path}: --format makani writes the statistics of one split (this run has "
+            f"{', '.join(splits)}); give one --split"
+        )
+    grids = {(v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars}
+    static = [v.name for v in source.vars if not v.has_time]
+    if static or len(grids) != 1 or len(next(iter(grids))[0]) != 2:
+        what = (
+            f"static {', '.join(static)}"
+            if static
+            else "grids " + "; ".join(f"{v.name}: {', '.join(v.grid_dims)}" for v in source.vars)
+        )
+        raise WxstatsError(
+            f"{source.path}: --format makani needs fields with time on one 2-D grid "
+            f"(latitude, longitude) besides their levels; found {what}"
+        )
+    folder = Path(options.output_dir or ".")
+    steps = tuple(source.diff_steps)
+    if stats is None:
+        return {folder / name: None for name in makani_files(steps)}
+    ((_, shape),) = grids
+    return dict(makani_outputs(stats, folder, splits[0], steps, shape))
 
 
 def _refuse_xarray_options(options: ComputeOptions) -> None:
@@ -199,6 +253,8 @@ def planned_outputs(
         outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
     elif options.output_format == "graphcast":
         outputs.update(_graphcast_outputs(source, stats, options))
+    elif options.output_format == "makani":
+        outputs.update(_makani_outputs(source, stats, options))
     else:
         from wxstats.sources.xarray import output_stem
 

@@ -72,6 +72,7 @@ class XarrayOptions:
     period: str | None = None  # --period START/END: the statistics' time steps, in every split
     by: str | None = None  # --by month|hour: a climatology, statistics per group of time steps
     weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
+    time_means: bool = False  # also the mean over time of every grid point (--format makani)
 
 
 class XarraySource:
@@ -144,6 +145,7 @@ class XarraySource:
             self.diff_steps,
             (self.groups[0], self.groups[1]) if self.groups else None,
             weighted=self.weight_field is not None,
+            time_means=self.options.time_means,
         )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)

@@ -220,6 +220,7 @@ def stream_specs(
     steps: tuple[int, ...],
     groups: tuple[str, list[int]] | None = None,
     weighted: bool = False,
+    time_means: bool = False,
 ) -> list[StreamSpec]:
     """One stream per (split, variable), named ``{variable}__{split}``, laid out
     for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
@@ -253,7 +254,8 @@ def stream_specs(
             )
             name = f"{v.name}__{split.name}"
             diff_steps = steps if v.has_time else ()
+            cells = v.n_grid if time_means and v.has_time else 0
             streams.append(
-                StreamSpec(name, features, units, diff_steps, long_names, layout, weighted)
+                StreamSpec(name, features, units, diff_steps, long_names, layout, weighted, cells)
             )
     return streams

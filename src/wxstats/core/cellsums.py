@@ -1,0 +1,52 @@
+"""Per-grid-point sums over time (time means, makani's ``time_means.npy``), exact.
+
+A time mean is a statistic per grid point and channel: millions of them on a
+global grid, too many for the exact rational sums of the global statistics.
+Each value is instead put on a fixed-point grid of its channel's reference,
+``q = rint((x - shift) / scale * 2**32)``, and the integers are summed. The
+rounding happens per value (the same bits whoever reads it), integer sums are
+associative, so the result is independent of blocks, threads, ranks and
+resumption; it deviates from the true mean by at most ``2**-33`` of the
+channel's spread scale, far below the float32 these means are written in.
+
+``q`` travels as two signed 32-bit limbs in int64 (like :mod:`wxstats.core.exact`'s),
+so sums of up to ``2**31`` time steps never overflow and an ``all_reduce`` with SUM
+adds them. ``|x - shift|`` must stay below ``2**20`` spreads (ample headroom
+over the first time step; beyond it :class:`CellRangeError`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FRACTION_BITS = 32
+LIMIT_BITS = 20
+"""|(x - shift) / scale| below 2**20: |q| < 2**52, exact in float64 and in two limbs."""
+_HALF = 1 << 32
+
+
+class CellRangeError(ArithmeticError):
+    """Values too far from the reference for the fixed-point time sums."""
+
+
+def add_steps(cells: np.ndarray, rows: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> None:
+    """Add the values ``rows`` (T, G, F) into ``cells`` (2, G, F) int64 limbs."""
+    inverse = 1.0 / np.asarray(scale, dtype=np.float64)  # powers of two: exact
+    shift = np.asarray(shift, dtype=np.float64)
+    for row in rows:
+        y = (np.asarray(row, dtype=np.float64) - shift) * inverse
+        if not (np.abs(y) < 2.0**LIMIT_BITS).all():
+            raise CellRangeError("values more than 2**20 spreads from the reference")
+        q = np.rint(np.ldexp(y, FRACTION_BITS)).astype(np.int64)
+        magnitude = np.abs(q)
+        sign = np.sign(q)
+        cells[0] += sign * (magnitude & (_HALF - 1))
+        cells[1] += sign * (magnitude >> 32)
+
+
+def cell_means(cells: np.ndarray, steps: int, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """float64 (G, F): the mean over ``steps`` time steps of every grid point, from the
+    summed limbs (the same integers give the same bits)."""
+    total = cells[1].astype(np.float64) * float(_HALF) + cells[0].astype(np.float64)
+    mean_y = np.ldexp(total, -FRACTION_BITS) / steps
+    return np.asarray(shift, dtype=np.float64) + np.asarray(scale, dtype=np.float64) * mean_y
