@@ -33,15 +33,18 @@ def store(tmp_path_factory):
             "t2m": (
                 ("time", "lat", "lon"),
                 (
-                    250 + 40 * np.cos(np.deg2rad(LATS))[None, :, None]
+                    250
+                    + 40 * np.cos(np.deg2rad(LATS))[None, :, None]
                     + 3 * rng.standard_normal(shape)
                 ).astype(np.float32),
                 {"units": "K"},
             ),
             "z": (
                 ("time", "level", "lat", "lon"),
-                (np.array([5.5e4, 1.4e4])[None, :, None, None]
-                 + 200 * rng.standard_normal((T, 2, H, W))).astype(np.float32),
+                (
+                    np.array([5.5e4, 1.4e4])[None, :, None, None]
+                    + 200 * rng.standard_normal((T, 2, H, W))
+                ).astype(np.float32),
                 {"units": "m2 s-2"},
             ),
         },
@@ -51,7 +54,7 @@ def store(tmp_path_factory):
             "lat": ("lat", LATS, {"units": "degrees_north"}),
             "lon": np.arange(W) * 10.0,
         },
-    )  # fmt: skip
+    )
     encoding = {"t2m": {"chunks": (7, H, W)}, "z": {"chunks": (7, 2, H, W)}}
     ds.to_zarr(root / "era.zarr", mode="w", encoding=encoding, consolidated=False)
     # the channels in makani's layout (time, C, H, W), in the order asked for below
@@ -88,8 +91,9 @@ def test_files_match_a_cos_latitude_reference(store, tmp_path):
     assert np.array_equal(loaded["maxs"].ravel(), cube.max(axis=(0, 2, 3)).astype(np.float32))
     for k in (1, 4):
         d_mean, d_std = _weighted(cube[k:] - cube[:-k], coslat)
-        np.testing.assert_allclose(loaded[f"time_diff_means_dt{k}"].ravel(), d_mean,
-                                   rtol=1e-6, atol=1e-5)  # fmt: skip
+        np.testing.assert_allclose(
+            loaded[f"time_diff_means_dt{k}"].ravel(), d_mean, rtol=1e-6, atol=1e-5
+        )
         np.testing.assert_allclose(loaded[f"time_diff_stds_dt{k}"].ravel(), d_std, rtol=rtol)
     # time means: per grid point, over time, unweighted (as makani's)
     assert loaded["time_means"].shape == (1, c, H, W)
@@ -139,8 +143,13 @@ def test_what_makani_files_cannot_hold_is_refused(store, tmp_path, capsys):
     root, _ = store
     base = ["compute", str(root / "era.zarr"), "--format", "makani", "--quiet"]
     out = ["--output-dir", str(tmp_path)]
-    assert_refused(capsys, tmp_path, [*base, *out, "--split", "a=2020-01-01/2020-01-03",
-             "--split", "b=2020-01-04/2020-01-08"], "one split", "a, b")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        [*base, *out, "--split", "a=2020-01-01/2020-01-03", "--split", "b=2020-01-04/2020-01-08"],
+        "one split",
+        "a, b",
+    )
     assert_refused(capsys, tmp_path, [*base, *out, "--skipna"], "--skipna")
     assert_refused(capsys, tmp_path, [*base, "--output", str(tmp_path / "x.nc")], "--output-dir")
     flat = tmp_path / "cells.zarr"
@@ -148,5 +157,10 @@ def test_what_makani_files_cannot_hold_is_refused(store, tmp_path, capsys):
         {"t": (("time", "cell"), np.ones((4, 5), np.float32))},
         coords={"time": pd.date_range("2020", periods=4, freq="h")},
     ).to_zarr(flat, consolidated=False)
-    assert_refused(capsys, tmp_path, ["compute", str(flat), "--format", "makani", "--weights", "none",
-             *out, "--quiet"], "2-D grid", "t: cell")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", str(flat), "--format", "makani", "--weights", "none", *out, "--quiet"],
+        "2-D grid",
+        "t: cell",
+    )

@@ -172,20 +172,48 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
     root, ds, _ = store
     out = ["--output", str(tmp_path / "o.nc"), "--quiet"]
     no_lat = _write(ds.drop_vars("lat"), tmp_path / "nolat.zarr")
-    assert_refused(capsys, tmp_path, ["compute", no_lat, "--weights", "coslat", *out],
-             "nolat.zarr", "latitude coordinate")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", no_lat, "--weights", "coslat", *out],
+        "nolat.zarr",
+        "latitude coordinate",
+    )
     bad_lat = _write(ds.assign_coords(lat=("y", LATS + 5)), tmp_path / "badlat.zarr")
-    assert_refused(capsys, tmp_path, ["compute", bad_lat, "--weights", "coslat", *out],
-             "badlat.zarr", "variable lat", "-90..90")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", bad_lat, "--weights", "coslat", *out],
+        "badlat.zarr",
+        "variable lat",
+        "-90..90",
+    )
     negative = _write(ds.assign(cell_area=-ds.cell_area), tmp_path / "neg.zarr")
-    assert_refused(capsys, tmp_path, ["compute", negative, "--weights", "cell_area", *out],
-             "neg.zarr", "cell_area", "negative")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", negative, "--weights", "cell_area", *out],
+        "neg.zarr",
+        "cell_area",
+        "negative",
+    )
     full = str(root / "full.zarr")
-    assert_refused(capsys, tmp_path, ["compute", full, "--weights", "area", *out],
-             "full.zarr", "no variable 'area'")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", full, "--weights", "area", *out],
+        "full.zarr",
+        "no variable 'area'",
+    )
     on_level = _write(ds.assign(lw=("level", [1.0, 2.0])), tmp_path / "lvl.zarr")
-    assert_refused(capsys, tmp_path, ["compute", on_level, "--weights", "lw", "--variables", "t2m", *out],
-             "variable lw", "level", "t2m")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", on_level, "--weights", "lw", "--variables", "t2m", *out],
+        "variable lw",
+        "level",
+        "t2m",
+    )
 
 
 def test_weights_must_match_to_grow(store, tmp_path, capsys):
@@ -195,23 +223,39 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
     a = tmp_path / "a.wxstate"
     args = ["compute", str(root / "a.zarr"), "--weights", "coslat", "--state", str(a)]
     assert main([*args, "--output", str(tmp_path / "a.nc"), *STEPS]) == 0
-    moved = _write(ds.isel(time=RANGES["b"]).assign_coords(lat=("y", LATS - 1)),
-                   tmp_path / "moved.zarr")  # fmt: skip
-    assert_refused(capsys, tmp_path, ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"),
-             "--quiet"], "moved.zarr", "--weights coslat: other weights")  # fmt: skip
+    moved = _write(
+        ds.isel(time=RANGES["b"]).assign_coords(lat=("y", LATS - 1)), tmp_path / "moved.zarr"
+    )
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
+        "moved.zarr",
+        "--weights coslat: other weights",
+    )
     plain = tmp_path / "plain.wxstate"
     args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
     assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
 
 
 def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):
-    assert_refused(capsys, tmp_path, ["compute", str(meps_small), "--weights", "coslat", "--quiet"],
-             "--weights", "zarr/netCDF")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", str(meps_small), "--weights", "coslat", "--quiet"],
+        "--weights",
+        "zarr/netCDF",
+    )
 
 
 def test_weights_are_not_written_into_a_data_prep_store(tmp_path, capsys):
     from gridded_data import mdp_store
 
     mdp_store(tmp_path / "s.zarr")
-    assert_refused(capsys, tmp_path, ["compute", str(tmp_path / "s.zarr"), "--write-into",
-             "--weights", "coslat", "--quiet"], "--weights coslat", "--output")  # fmt: skip
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", str(tmp_path / "s.zarr"), "--write-into", "--weights", "coslat", "--quiet"],
+        "--weights coslat",
+        "--output",
+    )
