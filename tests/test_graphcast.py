@@ -91,3 +91,26 @@ def test_graphcast_needs_one_split_and_one_step_before_reading(tmp_path, capsys)
     assert main([*base, "--output", str(tmp_path / "x.nc")]) == 2
     assert "give --output-dir" in capsys.readouterr().err
     assert not (tmp_path / "o").exists() and not (tmp_path / "x.nc").exists()
+
+
+def test_graphcast_folder_is_read_back_and_compared(tmp_path, capsys):
+    """``report``/``compare`` read a GraphCast-style folder: the same values as the
+    run's own summary, the difference mean (not in GraphCast's files) skipped."""
+    ds = _era5_like(tmp_path / "era5.zarr")
+    out, summary = tmp_path / "stats", tmp_path / "s.json"
+    args = ["compute", str(tmp_path / "era5.zarr"), "--format", "graphcast", "--output-dir"]
+    names = ["--variables", "geopotential,2m_temperature", "--diff-steps", "2"]
+    assert main([*args, str(out), "--summary", str(summary), *names, "--quiet"]) == 0
+    from wxstats.io.read import read_stats
+
+    state = read_stats(out).streams["state"]
+    assert state.features == [
+        "geopotential_500", "geopotential_850", "geopotential_1000", "2m_temperature"
+    ]  # fmt: skip
+    z = ds["geopotential"].values.astype(np.float64)
+    assert_close(state.mean[:3], z.mean(axis=(0, 2, 3)), 1e-12, "mean read back")
+    assert_close(state.diff[2].std[:3], (z[2:] - z[:-2]).std(axis=(0, 2, 3)), 1e-12, "diff")
+    capsys.readouterr()
+    assert main(["compare", str(out), str(summary), "--rtol", "1e-15"]) == 0
+    text = capsys.readouterr().out
+    assert "diff2 mean only in B, not compared" in text and "same within rtol" in text

@@ -137,6 +137,12 @@ def test_read_back_as_statistics(store, tmp_path):
     state = stats.streams["state"]
     assert state.features == ["z_500", "z_850", "t2m"] and sorted(state.diff) == [1, 4]
     assert np.array_equal(state.minimum, cube.min(axis=(0, 2, 3)).astype(np.float32))
+    # compare: the float32 files against the float64 statistics file of the same run
+    nc = tmp_path / "f.nc"
+    args = ["compute", str(root / "era.zarr"), "--weights", "coslat", "--output", str(nc)]
+    assert main([*args, "--variables", "z,t2m", "--diff-steps", "1,4", "--quiet"]) == 0
+    assert main(["compare", str(tmp_path), str(nc), "--rtol", "1e-7"]) == 0
+    assert main(["compare", str(tmp_path), str(nc), "--rtol", "1e-12"]) == 1  # float32
 
 
 def test_what_makani_files_cannot_hold_is_refused(store, tmp_path, capsys):

@@ -9,7 +9,8 @@ format module into a :class:`~wxstats.core.stats.Stats`:
 - the ``--summary`` JSON (:mod:`.formats.summary`);
 - a neural-lam ``static/`` folder (:mod:`.formats.neurallam`), with variable
   names, units and step length from the datastore YAML beside it;
-- a makani statistics folder (:mod:`.formats.makani`).
+- a makani statistics folder (:mod:`.formats.makani`), a GraphCast-style one
+  (:mod:`.formats.graphcast`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import interrupted_write
+from wxstats.io.formats.graphcast import is_graphcast, read_graphcast
 from wxstats.io.formats.makani import is_makani, read_makani
 from wxstats.io.formats.netcdf import read_stats_file
 from wxstats.io.formats.neurallam import is_neurallam_static, read_neurallam_static
@@ -64,10 +66,12 @@ def read_stats(path: str | Path, split: str | None = None) -> Stats:
             return read_stats_file(path / NETCDF_NAME, split)
         if is_makani(path):
             return read_makani(path)
+        if is_graphcast(path):
+            return read_graphcast(path)
         raise InputError(
             f"{path}: no statistics here (expected a zarr store, a neural-lam static/ "
-            "folder with parameter_mean.pt, a makani folder with global_means.npy, or "
-            f"{NETCDF_NAME})"
+            "folder with parameter_mean.pt, a makani folder with global_means.npy, "
+            f"GraphCast-style mean_by_level.nc, or {NETCDF_NAME})"
         )
     if path.suffix == ".json":
         return read_summary(path, split)

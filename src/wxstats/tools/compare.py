@@ -158,6 +158,16 @@ def _compare_stream(category: str, a: StreamStats, b: StreamStats, result: Compa
         quantities.append((f"{label} mean{suffix}", mean_a, mean_b, spread))
         quantities.append((f"{label} std{suffix}", std_a, std_b, None))
     for quantity, va, vb, spread in quantities:
+        absent = [
+            side
+            for side, values, rows in (("A", va, rows_a), ("B", vb, rows_b))
+            if rows and np.isnan(np.asarray(values, dtype=np.float64)[rows]).all()
+        ]
+        if absent:  # a set that does not hold it (GraphCast's files have no difference mean)
+            if len(absent) == 1:
+                other = "B" if absent == ["A"] else "A"
+                result.notes.append(f"{category}: {quantity} only in {other}, not compared")
+            continue
         for n, (i, j, name) in enumerate(pairs):
             s = float(spread[n]) if spread is not None else 0.0
             rel = relative_difference(float(va[i]), float(vb[j]), s)

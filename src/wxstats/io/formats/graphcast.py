@@ -9,7 +9,8 @@ per field, named as in the dataset; a field with a vertical (or any one
 feature) dimension keeps the dataset's coordinate exactly (values, dtype and
 attributes such as ``units``), and a 2-D field is a scalar. Population std
 (ddof 0), unweighted; ``diffs_stddev`` is the std of ``x[t+k] - x[t]`` for the
-one difference step of the run.
+one difference step of the run. :func:`read_graphcast` reads such a folder back
+(wxstats' or another tool's) for ``report`` and ``compare``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import Stats, StreamStats, weighting
+from wxstats.core.errors import InputError, WxstatsError
+from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -80,3 +81,61 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
         return write
 
     return {folder / file: writer(data_vars) for file, data_vars in per_file.items()}
+
+
+def is_graphcast(folder: Path) -> bool:
+    return all((folder / FILES[op]).is_file() for op in ("mean", "std"))
+
+
+def read_graphcast(folder: str | Path) -> Stats:
+    """A folder of GraphCast-style files as :class:`Stats`: one ``state`` stream whose
+    features are the variables, a variable with a level dimension once per level
+    (``z_500``), in the files' order; the difference std under the files' step."""
+    import xarray as xr
+
+    folder = Path(folder)
+    loaded = {}
+    for op, name in {**FILES, "diff": DIFF_FILE}.items():
+        if (folder / name).is_file():
+            try:
+                with xr.open_dataset(folder / name) as ds:
+                    loaded[op] = ds.load()
+            except (OSError, ValueError) as exc:
+                raise InputError(f"{folder / name}: cannot read: {exc}") from None
+    mean = loaded["mean"]
+    features: list[str] = []
+    units: list[str] = []
+    for var in mean.data_vars:
+        da = mean[var]
+        if da.ndim > 1:
+            raise InputError(
+                f"{folder / FILES['mean']}: {var} has {da.ndim} dimensions, not 0 or 1"
+            )
+        labels = [f"{var}_{v}" for v in np.asarray(da[da.dims[0]].values)] if da.ndim else [var]
+        features += labels
+        units += [str(da.attrs.get("units", ""))] * len(labels)
+
+    def flat(op: str) -> np.ndarray | None:
+        if op not in loaded:
+            return None
+        missing = [v for v in mean.data_vars if v not in loaded[op].data_vars]
+        if missing:
+            raise InputError(f"{folder / FILES.get(op, DIFF_FILE)}: no {', '.join(missing)}")
+        return np.concatenate(
+            [np.atleast_1d(np.asarray(loaded[op][v].values, np.float64)) for v in mean.data_vars]
+        )
+
+    stream = StreamStats(
+        name="state", features=features, units=units, mean=flat("mean"), std=flat("std")
+    )
+    stream.minimum = flat("min")
+    if "diff" in loaded:
+        step = int(loaded["diff"].attrs.get("diff_step", 1))
+        std = flat("diff")
+        stream.diff[step] = DiffStats(mean=np.full_like(std, np.nan), std=std)
+    return Stats(
+        source_kind="graphcast",
+        streams={"state": stream},
+        attrs={k: v for k, v in mean.attrs.items() if isinstance(v, (str, int, float))},
+        origin=f"{folder} (GraphCast-style)",
+    )
