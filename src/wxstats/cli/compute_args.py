@@ -80,7 +80,9 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         metavar="START/END",
         help="compute the statistics over these times only (an inclusive ISO 8601 interval, "
         "e.g. 1979/2015: every split cut to it; a datastore's analysis times), distinct from "
-        "the splits that name the outputs; recorded in every statistics file",
+        "the splits that name the outputs; recorded in every statistics file; for an anemoi "
+        "dataset: its statistics window (default: its statistics_start/end_date, else "
+        "anemoi's rule)",
     )
     p.add_argument(
         "--step-length",
@@ -190,20 +192,23 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument(
         "--format",
         dest="output_format",
-        choices=("netcdf", "graphcast", "makani"),
+        choices=("netcdf", "graphcast", "makani", "anemoi"),
         default="netcdf",
         help="netcdf: one statistics file (default); graphcast: mean_by_level.nc, "
         "stddev_by_level.nc, diffs_stddev_by_level.nc, min_by_level.nc in --output-dir, "
         "one variable per field with the dataset's level coordinate (one split, one step); "
         "makani: global_means.npy, global_stds.npy, mins.npy, maxs.npy, time_means.npy, "
         "time_diff_{means,stds}_dt{K}.npy in --output-dir, channels in --variables order, "
-        "weighted by cos(latitude) as makani's quadrature unless --weights says otherwise",
+        "weighted by cos(latitude) as makani's quadrature unless --weights says otherwise; "
+        "anemoi (an anemoi dataset): the statistics in a store of their own, --output S.zarr, "
+        "for open_dataset(DATASET, statistics=S, statistics_tendencies=S)",
     )
     z.add_argument(
         "--write-into",
         action="store_true",
         help="mllam-data-prep store: replace its {category}__{split}__{mean,std,diff_mean,"
-        "diff_std} variables with the exact values",
+        "diff_std} variables with the exact values; anemoi dataset: its mean, stdev, minimum, "
+        "maximum and statistics_tendencies_* arrays and statistics dates",
     )
     z.add_argument(
         "--block-mb",

@@ -10,7 +10,8 @@ format module into a :class:`~wxstats.core.stats.Stats`:
 - a neural-lam ``static/`` folder (:mod:`.formats.neurallam`), with variable
   names, units and step length from the datastore YAML beside it;
 - a makani statistics folder (:mod:`.formats.makani`), a GraphCast-style one
-  (:mod:`.formats.graphcast`).
+  (:mod:`.formats.graphcast`);
+- an anemoi dataset's statistics, or a sidecar store of them (:mod:`.formats.anemoi`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import interrupted_write
+from wxstats.io.formats.anemoi import is_anemoi_statistics, read_anemoi_stats
 from wxstats.io.formats.graphcast import is_graphcast, read_graphcast
 from wxstats.io.formats.makani import is_makani, read_makani
 from wxstats.io.formats.netcdf import read_stats_file
@@ -56,6 +58,8 @@ def read_stats(path: str | Path, split: str | None = None) -> Stats:
                 "writes them (it first puts a consistent set back)"
             )
     if path.is_dir():
+        if is_anemoi_statistics(path):
+            return read_anemoi_stats(path)
         if _is_zarr(path):
             return read_stats_file(path, split, engine="zarr")
         if is_neurallam_static(path):

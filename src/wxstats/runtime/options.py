@@ -54,7 +54,8 @@ class ComputeOptions:
     write_into: bool = False
     output_format: str = "netcdf"
     """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast`` or ``makani``
-    (their sets of files)."""
+    (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
+    opens, ``--output S.zarr``)."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
     min_std: float | None = None

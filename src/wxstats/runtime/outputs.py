@@ -18,6 +18,12 @@ from wxstats.io.atomic import Writer, check_writable, write_all
 from wxstats.io.formats.netcdf import netcdf_writer
 from wxstats.io.formats.summary import summary_writer
 from wxstats.io.read import NETCDF_NAME
+from wxstats.runtime.anemoi_outputs import (
+    check_anemoi_outputs,
+    into_or_anemoi,
+    sidecar_path,
+    write_anemoi_outputs,
+)
 from wxstats.runtime.options import ComputeOptions
 from wxstats.sources.base import Source
 
@@ -43,6 +49,14 @@ def open_source(options: ComputeOptions) -> Source:
             step_length=options.step_length,
             period=options.period,
         )
+    from wxstats.sources.anemoi import is_anemoi
+
+    if is_anemoi(options.dataset):
+        from wxstats.runtime.anemoi_outputs import open_anemoi
+
+        return open_anemoi(options)
+    if options.output_format == "anemoi":
+        raise WxstatsError(f"{options.dataset}: --format anemoi needs an anemoi dataset")
     from wxstats.sources.xarray import DEFAULT_BLOCK_BYTES, XarrayOptions, XarraySource
 
     if options.step_length is not None:
@@ -258,8 +272,8 @@ def planned_outputs(
     else:
         from wxstats.sources.xarray import output_stem
 
-        output = options.output
-        if output is None and options.summary is None and not options.write_into:
+        output = options.output if options.output_format != "anemoi" else None  # a store
+        if output is None and options.summary is None and not into_or_anemoi(options):
             output = Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"
         if output is not None:
             outputs[Path(output)] = netcdf_writer(stats) if stats else None
@@ -295,9 +309,12 @@ def check_outputs(source: Source, options: ComputeOptions, extra: list[Path] = (
     """Refuse up front (before hours of work) outputs that exist, cannot be
     written, or collide with the inputs or each other (``extra``: a state file)."""
     paths = list(planned_outputs(source, None, options)) + list(extra)
-    check_collisions(source, paths)
+    side = sidecar_path(source, options)
+    check_collisions(source, paths + ([side] if side else []))
     check_writable(paths, options.overwrite)
-    if options.write_into:
+    if source.kind == "anemoi":
+        check_anemoi_outputs(source, options)
+    elif options.write_into:
         _store_values(source, None)
 
 
@@ -308,8 +325,11 @@ def write_outputs(
     from wxstats.io.formats.mdp import write_into_store
 
     outputs = {**planned_outputs(source, stats, options), **(extra or {})}
-    into = _store_values(source, stats, options.min_std) if options.write_into else None
+    mdp_into = options.write_into and source.kind != "anemoi"
+    into = _store_values(source, stats, options.min_std) if mdp_into else None
     write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
+    if source.kind == "anemoi":
+        return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
         write_into_store(source.path, *into)
         return [*outputs, Path(source.path)]

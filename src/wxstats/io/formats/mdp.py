@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from wxstats.core.errors import InputError, WxstatsError
+from wxstats.core.errors import InputError
 from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
-from wxstats.io.atomic import fsync_file
+from wxstats.io.zarrstore import all_or_nothing, fsync_tree
 
 DIFF_STEP = 1
 _METADATA = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
@@ -197,12 +197,6 @@ def _stage_new(
     xr.Dataset(data_vars).to_zarr(stage, mode="w-", zarr_format=zarr_format, consolidated=False)
 
 
-def _fsync_tree(folder: Path) -> None:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fsync_file(path)
-
-
 def write_into_store(
     store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
 ) -> list[str]:
@@ -219,7 +213,12 @@ def write_into_store(
     tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
     stage = tmp / "new"
     undo: list[tuple[str, Path, Path | None]] = []  # (how, path in the store, its old version)
-    try:
+    with all_or_nothing(
+        tmp,
+        undo,
+        f"{store}: writing the statistics failed, the store was left as it was (old "
+        "values kept, nothing added)",
+    ):
         # 1. everything that takes space, under tmp: a full disk stops here
         for name in existing:
             shutil.copytree(root / name, tmp / name)
@@ -241,7 +240,7 @@ def write_into_store(
                     os.link(root / name / rel, saved)
                 except OSError:
                     shutil.copy2(root / name / rel, saved)
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         # 2. renames only, each undone if a later one fails
         for name in existing:
             new, old = _chunk_files(tmp / name), _chunk_files(root / name)
@@ -258,46 +257,4 @@ def write_into_store(
             undo.append(("array", root / name, stage / name))
         if meta_text is not None and meta_file is not None:
             os.replace(tmp / "metadata", meta_file)  # last: consolidated readers see all or none
-    except BaseException as exc:
-        _settle_zarr()
-        _roll_back(undo)
-        if isinstance(exc, Exception):
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise WxstatsError(
-                f"{store}: writing the statistics failed, the store was left as it was (old "
-                f"values kept, nothing added): {why}"
-            ) from None
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return existing + missing
-
-
-def _settle_zarr(timeout: float = 30.0) -> None:
-    """Wait for zarr writes still in flight: zarr 3 writes an array's chunks and
-    metadata as concurrent tasks, and when one fails (a full disk) the others
-    go on, recreating files in the staging folder after it was removed."""
-    import asyncio
-
-    async def drain() -> None:
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        if others:
-            await asyncio.wait(others, timeout=timeout)
-
-    try:
-        from zarr.core.sync import sync
-
-        sync(drain())
-    except Exception:  # noqa: BLE001 - another zarr: nothing to wait for, or no way to
-        pass
-
-
-def _roll_back(undo: list[tuple[str, Path, Path | None]]) -> None:
-    """Put back what the renames of :func:`write_into_store` changed (no space needed)."""
-    for how, target, saved in reversed(undo):
-        if how == "array":
-            os.rename(target, saved)  # type: ignore[arg-type]
-        elif saved is not None:
-            os.replace(saved, target)
-        else:
-            target.unlink(missing_ok=True)

@@ -1,0 +1,257 @@
+"""anemoi datasets: read as a source, their statistics written as anemoi reads them.
+
+The datasets are built here with zarr-python in anemoi 0.5.47's layout (zarr
+format 2, ``data`` (dates, variables, ensembles, cells), ``dates``, the
+``variables`` and ``frequency`` attributes); anemoi itself is exercised in
+``test_anemoi_interop.py``. Values are checked against a float64 two-pass
+numpy reference, written independently of the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from wxstats.cli import main
+from wxstats.core.errors import WxstatsError
+from wxstats.io.formats import anemoi as fmt
+from wxstats.io.read import read_stats
+from wxstats.sources.anemoi import default_window
+
+VARIABLES = ["msl", "t2m", "z_500"]
+OPS = ("mean", "stdev", "minimum", "maximum")
+
+
+def make_dataset(
+    path: Path, n_dates: int = 23, members: int = 2, cells: int = 30, seed: int = 0, **attrs
+) -> np.ndarray:
+    """An anemoi-layout dataset of float32 values without NaN; returns the data."""
+    rng = np.random.default_rng(seed)
+    base = np.array([101325.0, 280.0, 55000.0])[None, :, None, None]
+    scale = np.array([500.0, 8.0, 900.0])[None, :, None, None]
+    walk = np.cumsum(rng.standard_normal((n_dates, 3, members, cells)), axis=0) * 0.3
+    data = (base + scale * (walk + rng.standard_normal((n_dates, 3, members, cells)))).astype(
+        np.float32
+    )
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    array = group.create_array(
+        "data", shape=data.shape, dtype="float32", chunks=(1, 3, members, cells)
+    )
+    array[...] = data
+    dates = np.datetime64("2020-01-01T00:00:00", "s") + np.arange(n_dates) * np.timedelta64(6, "h")
+    group.create_array("dates", shape=(n_dates,), dtype="datetime64[s]")[...] = dates
+    group.attrs.update({"variables": VARIABLES, "frequency": "6h", **attrs})
+    return data
+
+
+def reference(data: np.ndarray, lo: int, hi: int, k: int | None = None) -> dict[str, np.ndarray]:
+    """float64 two-pass statistics per variable over dates [lo, hi) x members x cells,
+    or of x[t+k] - x[t] for the pairs with both dates there."""
+    x = data[lo:hi].astype(np.float64)
+    if k is not None:
+        x = x[k:] - x[:-k]
+    flat = np.moveaxis(x, 1, 0).reshape(x.shape[1], -1)
+    mean = flat.sum(axis=1) / flat.shape[1]
+    std = np.sqrt(((flat - mean[:, None]) ** 2).sum(axis=1) / flat.shape[1])
+    return {"mean": mean, "stdev": std, "minimum": flat.min(1), "maximum": flat.max(1)}
+
+
+def stored(path: Path) -> dict[str, np.ndarray]:
+    group = zarr.open_group(str(path), mode="r")
+    return {k: group[k][:] for k in group.array_keys() if k not in ("data", "dates")}
+
+
+def assert_matches(got: dict[str, np.ndarray], ref: dict[str, np.ndarray], prefix: str = ""):
+    for op in OPS:
+        value = got[prefix + op]
+        assert value.dtype == np.float64, prefix + op
+        scale = np.maximum(np.abs(ref[op]), ref["stdev"])
+        assert np.all(np.abs(value - ref[op]) <= 1e-12 * scale), (prefix + op, value, ref[op])
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    path = tmp_path / "an.zarr"
+    return path, make_dataset(path)
+
+
+def test_write_into_matches_two_pass_reference_over_anemois_default_window(dataset):
+    path, data = dataset
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1,2,4", "--quiet"]) == 0
+    got = stored(path)
+    lo, hi = 0, int(23 * 0.8)  # anemoi's rule under 10 years: the first 80 % of the dates
+    assert_matches(got, reference(data, lo, hi))
+    for k, name in ((1, "6h"), (2, "12h"), (4, "1d")):
+        assert_matches(got, reference(data, lo, hi, k), f"statistics_tendencies_{name}_")
+    attrs = json.loads((path / ".zattrs").read_text())
+    assert attrs["statistics_start_date"] == "2020-01-01T00:00:00"
+    assert attrs["statistics_end_date"] == "2020-01-05T06:00:00"  # date 17 of 0..22
+    assert attrs["variables"] == VARIABLES  # the rest of the attributes kept
+    # zarr format 2 arrays, as anemoi 0.5.47 (zarr <= 2.18.7) reads them
+    meta = json.loads((path / "mean" / ".zarray").read_text())
+    assert meta["zarr_format"] == 2 and meta["dtype"] == "<f8" and meta["shape"] == [3]
+    assert not list(path.glob(".wxstats-*"))
+
+
+def test_default_window_is_anemois_rule():
+    def dates(start: str, n: int, step: str) -> np.ndarray:
+        return np.datetime64(start, "s") + np.arange(n) * np.timedelta64(1, step)
+
+    assert default_window(dates("2020-01-01", 8, "h")) == (0, 6)  # under 10 dates
+    assert default_window(dates("2020-01-01", 1, "h")) == (0, 1)
+    assert default_window(dates("2020-01-01", 101, "h")) == (0, 80)  # under 10 years
+    daily = np.arange("2000-01-01", "2011-01-01", dtype="datetime64[D]").astype("datetime64[s]")
+    lo, hi = default_window(daily)  # 11 years: the last year left out
+    assert str(daily[hi - 1])[:10] == "2009-12-31" and lo == 0
+    daily = np.arange("1990-01-01", "2012-07-01", dtype="datetime64[D]").astype("datetime64[s]")
+    lo, hi = default_window(daily)  # 22.5 years: the last three left out
+    assert str(daily[hi - 1])[:10] == "2009-12-31"
+
+
+def test_window_from_the_dataset_then_period(tmp_path):
+    path = tmp_path / "an.zarr"
+    data = make_dataset(
+        path,
+        statistics_start_date="2020-01-02T00:00:00",
+        statistics_end_date="2020-01-04T12:00:00",
+    )
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    assert_matches(stored(path), reference(data, 4, 15))
+    assert main(["compute", str(path), "--write-into", "--period", "2020-01-03/", "--quiet"]) == 0
+    assert_matches(stored(path), reference(data, 8, 23))
+    assert_matches(stored(path), reference(data, 8, 23, 1), "statistics_tendencies_6h_")
+    attrs = json.loads((path / ".zattrs").read_text())
+    assert (attrs["statistics_start_date"], attrs["statistics_end_date"]) == (
+        "2020-01-03T00:00:00",
+        "2020-01-06T12:00:00",
+    )
+    # read back as any statistics set (report, compare)
+    stats = read_stats(path)
+    np.testing.assert_array_equal(stats.state.mean, stored(path)["mean"])
+    six = stored(path)["statistics_tendencies_6h_stdev"]
+    np.testing.assert_array_equal(stats.state.diff[1].std, six)
+
+
+def _bytes(path: Path) -> dict[str, bytes]:
+    return {k: v.tobytes() for k, v in stored(path).items()}
+
+
+def test_any_block_size_gives_the_same_bytes(tmp_path):
+    paths = []
+    for i, extra in enumerate(([], ["--block-mb", "0.0001"], ["--block-mb", "0.002"])):
+        path = tmp_path / f"an{i}.zarr"
+        make_dataset(path)
+        args = ["compute", str(path), "--write-into", "--diff-steps", "1,3", "--quiet", *extra]
+        assert main(args) == 0
+        paths.append(path)
+    assert _bytes(paths[0]) == _bytes(paths[1]) == _bytes(paths[2])
+
+
+def test_sidecar_holds_what_write_into_writes(dataset, tmp_path):
+    path, _ = dataset
+    side = tmp_path / "stats.zarr"
+    assert main(["compute", str(path), "--format", "anemoi", "--output", str(side), "--quiet"]) == 0
+    assert not (tmp_path / "an.stats.nc").exists()
+    assert "mean" not in stored(path)  # the dataset untouched
+    group = zarr.open_group(str(side), mode="r")
+    assert group["data"].shape == (0, 3, 1, 1)  # anemoi opens every dataset by its data
+    assert group.attrs["variables"] == VARIABLES and group.attrs["frequency"] == "6h"
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    assert _bytes(side) == _bytes(path)
+    # an existing sidecar is replaced only with --overwrite, and only if it is one
+    args = ["compute", str(path), "--format", "anemoi", "--output", str(side), "--quiet"]
+    assert main(args) == 2
+    assert main([*args, "--overwrite"]) == 0
+    other = tmp_path / "other.zarr"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")
+    args = ["compute", str(path), "--format", "anemoi", "--output", str(other), "--overwrite"]
+    assert main(args) == 2
+    assert (other / "keep.txt").exists()
+
+
+def test_legacy_arrays_removed_and_stale_tendencies_refused(dataset):
+    path, data = dataset
+    group = zarr.open_group(str(path), mode="r+")
+    for name in ("sums", "squares", "count", "has_nans", "statistics_tendencies_6h_sums"):
+        group.create_array(name, shape=(3,), dtype="float64")[...] = 1.0
+    for op in OPS:
+        group.create_array(f"statistics_tendencies_1d_{op}", shape=(3,), dtype="float64")
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1", "--quiet"]) == 2
+    # the default steps are the tendencies the dataset already has
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    got = stored(path)
+    assert not {"sums", "squares", "count", "has_nans", "statistics_tendencies_6h_sums"} & set(got)
+    assert_matches(got, reference(data, 0, 18, 4), "statistics_tendencies_1d_")
+
+
+def test_failed_write_leaves_the_dataset_as_it_was(dataset, monkeypatch):
+    path, _ = dataset
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    files = {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    real, calls = os.rename, []
+
+    def failing(src, dst):
+        calls.append(dst)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(fmt.os, "rename", failing)
+    from wxstats.runtime.options import ComputeOptions
+    from wxstats.runtime.outputs import open_source, write_outputs
+    from wxstats.runtime.run import compute_source
+
+    options = ComputeOptions(dataset=path, write_into=True, period="2020-01-02/")
+    source = open_source(options)
+    with pytest.raises(WxstatsError, match="left as it was.*No space left"):
+        write_outputs(source, compute_source(source), options)
+    monkeypatch.undo()
+    after = {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    assert after == files
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("wxstats: error:")]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "change, args, expected",
+    [
+        ("no-variables", [], "no 'variables' attribute"),
+        ("3d", [], "data has 3 dimensions"),
+        ("none", ["--period", "2031-01-01/2031-12-31"], "no date in the statistics window"),
+        ("none", ["--period", "2020-01-01T00/2020-01-01T00"], "no pairs for a tendency"),
+        ("frequency", [], "frequency 'often'"),
+        ("none", ["--weights", "coslat"], "--weights: not for an anemoi dataset"),
+    ],
+)
+def test_hostile_datasets_one_clear_error_nothing_written(tmp_path, capsys, change, args, expected):
+    path = tmp_path / "bad.zarr"
+    make_dataset(path, n_dates=12)
+    group = zarr.open_group(str(path), mode="r+")
+    if change == "no-variables":
+        del group.attrs["variables"]
+    elif change == "frequency":
+        group.attrs["frequency"] = "often"
+    elif change == "3d":
+        shutil.rmtree(path / "data")
+        group.create_array("data", shape=(12, 3, 30), dtype="float32")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    side = tmp_path / "s.zarr"
+    assert main(["compute", str(path), "--format", "anemoi", "--output", str(side), *args]) == 2
+    line = _one_error(capsys)
+    assert str(path) in line and expected in line, line
+    assert main(["compute", str(path), "--write-into", *args]) == 2
+    line = _one_error(capsys)
+    assert expected in line, line
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
