@@ -12,6 +12,17 @@ from wxstats.core.kernels import (
 )
 
 
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def implementation(request, monkeypatch):
+    """Every test of this module runs on the compiled kernel and on its numpy twin
+    (the small-block path), whatever the size of its blocks."""
+    import wxstats.core.kernels as kernels
+
+    limit = -1 if request.param == "numba" else 2**62
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", limit)
+    return request.param
+
+
 def _block(rng, dtype=np.float32, t=9, g=1100, c=5):
     a = (rng.normal(100.0, 3.0, size=(t, g, c))).astype(dtype)
     return Block(a, np.array([0, 2, 3, 4]), (1, 8), {1: (1, 9), 3: (4, 8)})

@@ -119,9 +119,17 @@ def in_time_order(rows: np.ndarray) -> np.ndarray:
     return total
 
 
-def _kernel():
-    from wxstats.core._kernels_numba import kernel
+SMALL_BLOCK_BYTES = 256 * 2**10
+"""Blocks up to this size are summed by the numpy twin of the kernel
+(:mod:`wxstats.core._kernels_numpy`, the same bits): a small dataset never waits
+the 0.3 s that loading numba and the compiled kernel take."""
 
+
+def _kernel(nbytes: int):
+    if nbytes <= SMALL_BLOCK_BYTES:
+        from wxstats.core._kernels_numpy import kernel
+    else:
+        from wxstats.core._kernels_numba import kernel
     return kernel
 
 
@@ -198,7 +206,7 @@ def block_sums(
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
     td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
-    _kernel()(
+    _kernel(array.nbytes)(
         array.reshape(n_t, n_g * n_c),
         n_c,
         m,

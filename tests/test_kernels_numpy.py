@@ -1,0 +1,58 @@
+"""The numpy twin of the compiled kernel (wxstats.core._kernels_numpy), which sums
+small blocks without loading numba: the very same bits as the compiled kernel on
+every path. (tests/test_kernels.py runs all its tests on both as well.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import wxstats.core.kernels as kernels
+from wxstats.core.kernels import Block, block_sums, lanes_per_channel
+
+
+def _all_bits(p) -> bytes:
+    parts = [p.count, p.step_sum1, p.step_sum2, p.minimum, p.maximum, p.nan_count, p.inf_count]
+    parts += [p.step_weight] if p.step_weight is not None else []
+    for k in sorted(p.diff_step_sum1):
+        parts += [p.diff_count[k], p.diff_step_sum1[k], p.diff_step_sum2[k]]
+        parts += [p.diff_minimum[k], p.diff_maximum[k]]
+        parts += [p.diff_step_weight[k]] if p.diff_step_weight else []
+    return b"".join(np.ascontiguousarray(x).tobytes() for x in parts)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16])
+@pytest.mark.parametrize("n_c,n_g", [(1, 1500), (3, 2 * 512 + 37), (18, 700), (70, 9)])
+@pytest.mark.parametrize("spoil", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_numpy_twin_is_the_compiled_kernel_bit_for_bit(
+    monkeypatch, dtype, n_c, n_g, spoil, weighted
+):
+    """Small blocks are summed in numpy (no numba to load): every output, to the
+    bit, as the compiled kernel's, with NaN/Inf (the checked path), -0.0 and ties
+    in the extremes, weights, chunk and lane leftovers."""
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", -1)
+    rng = np.random.default_rng(n_c * 7 + n_g)
+    a = (rng.normal(0.0, 3.0, size=(8, n_g, n_c)) * (100 if dtype == np.int16 else 1)).astype(dtype)
+    if dtype != np.int16:
+        # channel 0 never negative: its minimum is a tie of -0.0 and +0.0, in one
+        # lane (grid points m apart), in one step's fold, and across steps
+        m = lanes_per_channel(n_c)
+        a[:, :, 0] = np.abs(a[:, :, 0]) + 1
+        a[1, 0, 0] = -0.0
+        if m < n_g:
+            a[1, m, 0] = 0.0
+        a[2, n_g - 1, 0] = 0.0
+        a[3, 0, 0] = -0.0
+        if spoil:
+            a[3, min(5, n_g - 1), 0] = np.nan
+            a[4, 0, n_c - 1] = np.inf
+    weights = rng.uniform(0.0, 2.0, n_g) if weighted else None
+    channels = np.arange(n_c)
+    block = Block(a, channels, (1, 7), {1: (1, 8), 3: (4, 8)}, weights=weights)
+    args = (np.full(n_c, 0.5), np.full(n_c, 4.0), {1: np.zeros(n_c), 3: np.full(n_c, 0.25)},
+            {1: np.ones(n_c), 3: np.full(n_c, 2.0)})  # fmt: skip
+    compiled = block_sums(block, *args)
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", 2**62)
+    twin = block_sums(block, *args)
+    assert _all_bits(twin) == _all_bits(compiled)
