@@ -91,6 +91,9 @@ def console() -> int:
     wxstats never makes one, and the import costs about half a second of every
     run's start-up. A library caller's process is left alone (``main``)."""
     sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
+    from wxstats.core import kernels
+
+    kernels.NUMBA_WITHOUT_BLAS = True  # numba's BLAS probe imports scipy.linalg (see there)
     # torch's C++ warnings (a peer's socket closed, with a C++ stack) would bury the
     # one line wxstats says about it; its errors still show
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")

@@ -38,6 +38,8 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
+import sys
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,10 +127,30 @@ SMALL_BLOCK_BYTES = 256 * 2**10
 the 0.3 s that loading numba and the compiled kernel take."""
 
 
+NUMBA_WITHOUT_BLAS = False
+"""Set by the ``wxstats`` command (:func:`wxstats.cli.console`), never for a
+library caller: when numba first loads its array functions it probes for a
+BLAS by importing ``scipy.linalg`` (0.15-0.3 s of every run); the kernels use
+none, so the command lets that probe fail. Only numba's own ``np.dot`` and
+friends in the same process would notice; ``scipy.linalg`` itself still imports."""
+_LOADING = threading.Lock()
+
+
 def _kernel(nbytes: int):
     if nbytes <= SMALL_BLOCK_BYTES:
         from wxstats.core._kernels_numpy import kernel
-    else:
+
+        return kernel
+    with _LOADING:
+        probe = "scipy.linalg.cython_blas"
+        first = "numba.np.arraymath" not in sys.modules and probe not in sys.modules
+        if NUMBA_WITHOUT_BLAS and first:
+            sys.modules[probe] = None  # type: ignore[assignment]  # "not installed"
+            try:
+                import numba.np.arraymath  # noqa: F401  (its BLAS probe fails here)
+            finally:
+                if sys.modules.get(probe, 0) is None:
+                    del sys.modules[probe]
         from wxstats.core._kernels_numba import kernel
     return kernel
 
