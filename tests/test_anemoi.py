@@ -255,3 +255,22 @@ def test_hostile_datasets_one_clear_error_nothing_written(tmp_path, capsys, chan
     line = _one_error(capsys)
     assert expected in line, line
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_one_and_three_processes_give_the_same_bytes(tmp_path):
+    from distributed_helpers import run, wxstats_cmd
+
+    out = []
+    for n in (1, 3):
+        path = tmp_path / f"an{n}.zarr"
+        make_dataset(path)
+        side = tmp_path / f"s{n}.zarr"
+        cmd = wxstats_cmd("compute", str(path), "--write-into", "--diff-steps", "1,2")
+        result = run([*cmd, "--block-mb", "0.0001", "--nproc", str(n), "--quiet"], timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        cmd = wxstats_cmd("compute", str(path), "--format", "anemoi", "--output", str(side))
+        result = run([*cmd, "--nproc", str(n), "--quiet"], timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        out.append((_bytes(path), _bytes(side)))
+    assert out[0] == out[1]
