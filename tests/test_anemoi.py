@@ -191,6 +191,32 @@ def test_legacy_arrays_removed_and_stale_tendencies_refused(dataset):
     assert_matches(got, reference(data, 0, 18, 4), "statistics_tendencies_1d_")
 
 
+def test_missing_dates_left_out_with_skipna_as_anemoi_does(tmp_path):
+    path = tmp_path / "an.zarr"
+    data = make_dataset(path, missing_dates=["2020-01-02T06:00:00"])
+    array = zarr.open_group(str(path), mode="r+")["data"]
+    array[5] = np.full(array.shape[1:], np.nan, dtype=np.float32)  # as anemoi stores it
+    data[5] = np.nan
+    assert main(["compute", str(path), "--write-into", "--skipna", "--diff-steps", "1,2"]) == 0
+    got = stored(path)
+    for name, k in (
+        ("", None),
+        ("statistics_tendencies_6h_", 1),
+        ("statistics_tendencies_12h_", 2),
+    ):
+        x = data[:18].astype(np.float64)
+        x = x[k:] - x[:-k] if k else x
+        flat = np.moveaxis(x, 1, 0).reshape(3, -1)
+        flat = [row[~np.isnan(row)] for row in flat]  # anemoi's NaN mask
+        ref = {
+            "mean": np.array([r.mean() for r in flat]),
+            "stdev": np.array([r.std() for r in flat]),
+            "minimum": np.array([r.min() for r in flat]),
+            "maximum": np.array([r.max() for r in flat]),
+        }
+        assert_matches(got, ref, name)
+
+
 def test_failed_write_leaves_the_dataset_as_it_was(dataset, monkeypatch):
     path, _ = dataset
     assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
@@ -233,6 +259,7 @@ def _one_error(capsys) -> str:
         ("none", ["--period", "2020-01-01T00/2020-01-01T00"], "no pairs for a tendency"),
         ("frequency", [], "frequency 'often'"),
         ("none", ["--weights", "coslat"], "--weights: not for an anemoi dataset"),
+        ("missing", [], "1 missing date(s) in the statistics window (2020-01-01T12:00:00)"),
     ],
 )
 def test_hostile_datasets_one_clear_error_nothing_written(tmp_path, capsys, change, args, expected):
@@ -243,6 +270,8 @@ def test_hostile_datasets_one_clear_error_nothing_written(tmp_path, capsys, chan
         del group.attrs["variables"]
     elif change == "frequency":
         group.attrs["frequency"] = "often"
+    elif change == "missing":
+        group.attrs["missing_dates"] = ["2020-01-01T12:00:00", "2020-01-03T12:00:00"]
     elif change == "3d":
         shutil.rmtree(path / "data")
         group.create_array("data", shape=(12, 3, 30), dtype="float32")
@@ -274,3 +303,15 @@ def test_one_and_three_processes_give_the_same_bytes(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         out.append((_bytes(path), _bytes(side)))
     assert out[0] == out[1]
+
+
+def test_inspect_lists_the_sidecar_and_refuses_what_compute_would(dataset, tmp_path, capsys):
+    path, _ = dataset
+    side = tmp_path / "stats.zarr"
+    assert main(["inspect", str(path), "--format", "anemoi", "--output", str(side)]) == 0
+    assert str(side) in capsys.readouterr().out
+    other = tmp_path / "other.zarr"
+    other.mkdir()
+    args = ["inspect", str(path), "--format", "anemoi", "--output", str(other), "--overwrite"]
+    assert main(args) == 2
+    assert "not a statistics store written by wxstats" in _one_error(capsys)

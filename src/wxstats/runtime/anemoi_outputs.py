@@ -52,12 +52,19 @@ def open_anemoi(options: ComputeOptions) -> AnemoiSource:
             f"{options.dataset}: --format anemoi writes a statistics store: give --output S.zarr"
         )
     block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
-    return AnemoiSource(
+    source = AnemoiSource(
         options.dataset,
         period=options.period,
         diff_steps=options.diff_steps or None,
         block_bytes=block,
     )
+    if source.missing and not options.skipna:
+        shown = ", ".join(source.missing[:3]) + (", ..." if len(source.missing) > 3 else "")
+        raise WxstatsError(
+            f"{options.dataset}: {len(source.missing)} missing date(s) in the statistics window "
+            f"({shown}), stored as NaN; give --skipna to leave them out as anemoi does"
+        )
+    return source
 
 
 def sidecar_path(source: Source, options: ComputeOptions) -> Path | None:

@@ -282,10 +282,12 @@ def check_source(source: Source, what: str) -> None:
     """A state is of one split of a zarr/netCDF dataset."""
     if source.kind != "xarray":
         where = getattr(source, "path", None) or getattr(source, "config_path", "dataset")
-        raise WxstatsError(
-            f"{where}: {what} is for zarr/netCDF datasets (a neural-lam datastore is summed "
-            "per sample, not per time step)"
+        why = (
+            "an anemoi dataset's statistics are rewritten whole, over its window"
+            if source.kind == "anemoi"
+            else "a neural-lam datastore is summed per sample, not per time step"
         )
+        raise WxstatsError(f"{where}: {what} is for zarr/netCDF datasets ({why})")
     if len(source.splits) != 1:
         names = ", ".join(s.name for s in source.splits)
         raise WxstatsError(

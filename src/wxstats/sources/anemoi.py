@@ -149,6 +149,7 @@ class AnemoiSource:
                 "attribute); tendencies need a regular time axis"
             )
         self.start, self.stop = self._window(attrs, period)
+        self.missing = self._missing(attrs.get("missing_dates") or [])
         self.diff_steps = tuple(sorted(set(diff_steps or self._stored_steps() or (1,))))
         n = self.stop - self.start
         if self.diff_steps[-1] >= n:
@@ -218,6 +219,16 @@ class AnemoiSource:
             f"{anemoi_date(self.dates[lo])}/{anemoi_date(self.dates[hi - 1])} ({why})"
         )
         return lo, hi
+
+    def _missing(self, listed: list[Any]) -> list[str]:
+        """The ``missing_dates`` inside the window (their data is NaN: anemoi leaves
+        them out of its statistics, as ``--skipna`` does)."""
+        try:
+            found = np.array([np.datetime64(str(d), "s") for d in listed], dtype="datetime64[s]")
+        except ValueError:
+            raise InputError(f"{self.path}: missing_dates {listed!r} are not dates") from None
+        inside = (found >= self.dates[self.start]) & (found <= self.dates[self.stop - 1])
+        return [anemoi_date(d) for d in found[inside]]
 
     def _stored_steps(self) -> tuple[int, ...]:
         """The tendency steps the dataset already has statistics for (the default)."""

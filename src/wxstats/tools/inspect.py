@@ -95,6 +95,7 @@ def _refuse_unwritable(folder: Path) -> None:
 
 def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     """The plan of a ``compute`` run with ``options``."""
+    from wxstats.runtime.anemoi_outputs import check_anemoi_outputs, sidecar_path
     from wxstats.runtime.outputs import check_collisions, open_source, planned_outputs
     from wxstats.runtime.run import resumable
 
@@ -110,7 +111,11 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
         threads=options.threads or 1,
     )
     paths = list(planned_outputs(source, None, options))
+    side = sidecar_path(source, options)  # an anemoi statistics store (a folder)
+    paths += [side] if side is not None else []
     check_collisions(source, paths)
+    if source.kind == "anemoi":
+        check_anemoi_outputs(source, options)
     for folder in sorted({p.parent for p in paths}):
         _refuse_unwritable(folder)
     resumable(options)  # --resume without --checkpoint
