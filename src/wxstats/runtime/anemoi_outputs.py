@@ -57,6 +57,7 @@ def open_anemoi(options: ComputeOptions) -> AnemoiSource:
         period=options.period,
         diff_steps=options.diff_steps or None,
         block_bytes=block,
+        io_threads=options.threads or 0,
     )
     if source.missing and not options.skipna:
         shown = ", ".join(source.missing[:3]) + (", ..." if len(source.missing) > 3 else "")
