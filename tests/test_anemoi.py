@@ -315,3 +315,39 @@ def test_inspect_lists_the_sidecar_and_refuses_what_compute_would(dataset, tmp_p
     args = ["inspect", str(path), "--format", "anemoi", "--output", str(other), "--overwrite"]
     assert main(args) == 2
     assert "not a statistics store written by wxstats" in _one_error(capsys)
+
+
+def test_consolidated_metadata_updated_last(dataset):
+    path, data = dataset
+    group = zarr.open_group(str(path), mode="r+")
+    group.create_array("sums", shape=(3,), dtype="float64")[...] = 1.0
+    zarr.consolidate_metadata(str(path))
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    meta = json.loads((path / ".zmetadata").read_text())["metadata"]
+    assert "sums/.zarray" not in meta and "mean/.zarray" in meta
+    assert meta[".zattrs"]["statistics_end_date"] == "2020-01-05T06:00:00"
+    consolidated = zarr.open_group(str(path), mode="r", use_consolidated=True)
+    assert "sums" not in set(consolidated.array_keys())
+    np.testing.assert_array_equal(consolidated["stdev"][:], stored(path)["stdev"])
+    assert_matches(stored(path), reference(data, 0, 18))
+
+
+def test_failed_sidecar_replacement_keeps_the_old_one(dataset, tmp_path, monkeypatch):
+    path, _ = dataset
+    side = tmp_path / "stats.zarr"
+    assert main(["compute", str(path), "--format", "anemoi", "--output", str(side), "--quiet"]) == 0
+    before = _bytes(side)
+    real, calls = os.rename, []
+
+    def failing(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:  # the old store moved aside, the new one fails to move in
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(fmt.os, "rename", failing)
+    args = ["compute", str(path), "--format", "anemoi", "--output", str(side), "--overwrite"]
+    assert main([*args, "--period", "2020-01-02/", "--quiet"]) == 2
+    monkeypatch.undo()
+    assert _bytes(side) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".stats")] == []
