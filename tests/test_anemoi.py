@@ -255,6 +255,7 @@ def _one_error(capsys) -> str:
     [
         ("no-variables", [], "no 'variables' attribute"),
         ("3d", [], "data has 3 dimensions"),
+        ("int", [], "data is int16; anemoi stores float32 or float64"),
         ("none", ["--period", "2031-01-01/2031-12-31"], "no date in the statistics window"),
         ("none", ["--period", "2020-01-01T00/2020-01-01T00"], "no pairs for a tendency"),
         ("frequency", [], "frequency 'often'"),
@@ -272,9 +273,10 @@ def test_hostile_datasets_one_clear_error_nothing_written(tmp_path, capsys, chan
         group.attrs["frequency"] = "often"
     elif change == "missing":
         group.attrs["missing_dates"] = ["2020-01-01T12:00:00", "2020-01-03T12:00:00"]
-    elif change == "3d":
+    elif change in ("3d", "int"):
         shutil.rmtree(path / "data")
-        group.create_array("data", shape=(12, 3, 30), dtype="float32")
+        shape, dtype = ((12, 3, 30), "float32") if change == "3d" else ((12, 3, 2, 30), "int16")
+        group.create_array("data", shape=shape, dtype=dtype)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     side = tmp_path / "s.zarr"
     assert main(["compute", str(path), "--format", "anemoi", "--output", str(side), *args]) == 2

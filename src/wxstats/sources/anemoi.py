@@ -129,6 +129,10 @@ class AnemoiSource:
         n_dates, n_vars, n_ens, n_cells = map(int, self.data.shape)
         if n_dates == 0:
             raise InputError(f"{where}: data has no dates")
+        if np.dtype(self.data.dtype) not in (np.float32, np.float64):
+            raise InputError(
+                f"{where}: data is {self.data.dtype}; anemoi stores float32 or float64"
+            )
         names = attrs.get("variables")
         if not isinstance(names, list) or len(names) != n_vars:
             have = "no 'variables' attribute" if names is None else f"variables {names!r}"
