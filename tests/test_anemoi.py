@@ -353,3 +353,19 @@ def test_failed_sidecar_replacement_keeps_the_old_one(dataset, tmp_path, monkeyp
     monkeypatch.undo()
     assert _bytes(side) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".stats")] == []
+
+
+def test_compare_an_anemoi_dataset_with_wxstats_files(dataset, tmp_path, capsys):
+    path, _ = dataset
+    side, nc = tmp_path / "s.zarr", tmp_path / "s.nc"
+    args = ["compute", str(path), "--format", "anemoi", "--output", str(side), "--quiet"]
+    assert main(args) == 0
+    assert main(["compute", str(path), "--output", str(nc), "--diff-steps", "1", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(side), str(nc), "--rtol", "1e-15"]) == 0
+    out = capsys.readouterr().out
+    assert "msl" in out and "z_500" in out and "diff1 std" in out
+    # another window differs, variable by variable
+    args = ["compute", str(path), "--period", "2020-01-02/", "--output", str(tmp_path / "o.nc")]
+    assert main([*args, "--diff-steps", "1", "--quiet"]) == 0
+    assert main(["compare", str(side), str(tmp_path / "o.nc")]) == 1
