@@ -369,3 +369,19 @@ def test_compare_an_anemoi_dataset_with_wxstats_files(dataset, tmp_path, capsys)
     args = ["compute", str(path), "--period", "2020-01-02/", "--output", str(tmp_path / "o.nc")]
     assert main([*args, "--diff-steps", "1", "--quiet"]) == 0
     assert main(["compare", str(side), str(tmp_path / "o.nc")]) == 1
+
+
+def test_a_cmip_like_store_with_a_data_variable_is_not_taken_for_anemoi(tmp_path):
+    import xarray as xr
+
+    from wxstats.runtime.options import ComputeOptions
+    from wxstats.runtime.outputs import open_source
+
+    times = np.datetime64("2020-01-01", "ns") + np.arange(4) * np.timedelta64(1, "D")
+    ds = xr.Dataset(
+        {"data": (("time", "x"), np.ones((4, 3), np.float32))},
+        coords={"time": times},
+        attrs={"frequency": "day"},
+    )
+    ds.to_zarr(tmp_path / "cmip.zarr", zarr_format=2)
+    assert open_source(ComputeOptions(dataset=tmp_path / "cmip.zarr")).kind == "xarray"

@@ -47,8 +47,9 @@ TENDENCY_RE = re.compile(r"^statistics_tendencies_(.+)_mean$")
 
 
 def is_anemoi(path: str) -> bool:
-    """A local zarr group with a ``data`` array and anemoi's marks (a ``variables``
-    or ``frequency`` attribute, or a 4-D ``data`` beside ``dates``)."""
+    """A local zarr group with a ``data`` array and anemoi's marks: a ``variables``
+    attribute, or a 4-D ``data`` beside ``dates`` (a CMIP store's ``frequency``
+    attribute is no mark)."""
     if "://" in path or not Path(path).is_dir():
         return False
     import zarr
@@ -59,9 +60,7 @@ def is_anemoi(path: str) -> bool:
         if "data" not in arrays:
             return False
         attrs = group.attrs.asdict()
-        return bool({"variables", "frequency"} & set(attrs)) or (
-            "dates" in arrays and len(group["data"].shape) == 4
-        )
+        return "variables" in attrs or ("dates" in arrays and len(group["data"].shape) == 4)
     except Exception:  # noqa: BLE001 - not a zarr group: another source's business
         return False
 
