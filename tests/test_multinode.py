@@ -548,11 +548,6 @@ def test_rank_stopped_mid_run(hosts, odd, hooks, tmp_path):
     assert_stopped_in_time(job, "SIGSTOP of rank 3", STALL_BOUND_S, {3}, timings)
 
 
-@pytest.mark.xfail(
-    reason="intermittent: in about 1 run in 4 on 2 busy cores no rank reports the stall "
-    "within the bound (cause not found yet; issue 12 stays open for it)",
-    strict=False,
-)
 def test_rank_hung_in_read(hosts, odd, hooks, tmp_path):
     """Rank 3 (samples 9 and 10, on wxs1) blocks forever opening sample 10 while
     its heartbeat thread goes on: a progress stall that only a stall timeout
