@@ -50,8 +50,8 @@ def is_anemoi(path: str) -> bool:
     """A local zarr group with a ``data`` array and anemoi's marks: a ``variables``
     attribute, or a 4-D ``data`` beside ``dates`` (a CMIP store's ``frequency``
     attribute is no mark)."""
-    if "://" in path or not Path(path).is_dir():
-        return False
+    if "://" in path or not (Path(path) / "data").is_dir():
+        return False  # no data array folder (zarr 2 and 3 alike): no need to open it
     import zarr
 
     try:
