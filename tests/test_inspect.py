@@ -108,3 +108,24 @@ def test_inspect_finds_a_truncated_sample_that_is_not_the_first(meps_copy, capsy
     assert main(["inspect", str(meps_copy), "--no-measure"]) == 2
     err = capsys.readouterr().err
     assert str(last) in err and "truncated" in err
+
+
+def test_inspect_lists_the_arrays_write_into_would_write(tmp_path, capsys):
+    """--write-into: the arrays that would go into the dataset's own store, for an
+    mllam-data-prep store and an anemoi dataset; nothing written."""
+    from gridded_data import mdp_store
+    from test_anemoi import make_dataset
+
+    mdp_store(tmp_path / "mdp.zarr")
+    make_dataset(tmp_path / "an.zarr")
+    before = _tree(tmp_path)
+    assert main(["inspect", str(tmp_path / "mdp.zarr"), "--write-into", "--no-measure"]) == 0
+    out = capsys.readouterr().out
+    assert f"into {tmp_path / 'mdp.zarr'} (" in out
+    assert "state__train__mean" in out and "forcing__train__diff_std" in out
+    args = ["inspect", str(tmp_path / "an.zarr"), "--write-into", "--diff-steps", "1,2"]
+    assert main([*args, "--no-measure"]) == 0
+    out = capsys.readouterr().out
+    assert "(12 arrays): mean, stdev, minimum, maximum, statistics_tendencies_6h_mean" in out
+    assert "statistics_tendencies_12h_maximum" in out
+    assert _tree(tmp_path) == before

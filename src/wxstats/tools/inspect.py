@@ -42,6 +42,8 @@ class Plan:
     total_bytes: int
     first_sample: str
     outputs: list[tuple[Path, bool]] = field(default_factory=list)
+    into: list[str] = field(default_factory=list)
+    """``--write-into``: the arrays the run would write into the dataset's store."""
     read_gbps: float | None = None
     compute_gbps: float | None = None
     threads: int = 1
@@ -93,6 +95,20 @@ def _refuse_unwritable(folder: Path) -> None:
         raise WxstatsError(f"{folder}: output folder is not writable ({existing})")
 
 
+def _arrays_into(source) -> list[str]:
+    """The arrays ``--write-into`` would write (replace or add) in the dataset's store."""
+    if source.kind == "anemoi":
+        from wxstats.io.formats.anemoi import OPS
+
+        tendencies = [
+            f"statistics_tendencies_{delta}_{op}" for delta in source.deltas.values() for op in OPS
+        ]
+        return [*OPS, *tendencies]
+    from wxstats.io.formats.mdp import planned_variables
+
+    return list(planned_variables(source.streams))
+
+
 def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     """The plan of a ``compute`` run with ``options``."""
     from wxstats.runtime.anemoi_outputs import check_anemoi_outputs, sidecar_path
@@ -122,6 +138,8 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     if options.checkpoint is not None:
         _refuse_unwritable(Path(options.checkpoint))
     plan.outputs = [(p, p.exists()) for p in paths]
+    if options.write_into:
+        plan.into = _arrays_into(source)
     existing = [p for p, exists in plan.outputs if exists]
     if existing and not options.overwrite:
         plan.notes.append(
@@ -164,6 +182,9 @@ def format_plan(plan: Plan) -> str:
     lines.append("would write:")
     for path, exists in plan.outputs:
         lines.append(f"  {path}{'  (exists)' if exists else ''}")
+    if plan.into:
+        shown = ", ".join(plan.into[:12]) + (", ..." if len(plan.into) > 12 else "")
+        lines.append(f"  into {plan.path} ({len(plan.into)} arrays): {shown}")
     if plan.read_gbps is not None:
         lines.append(
             f"measured now on sample 0: raw read {plan.read_gbps:.3g} GB/s, "
