@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.machine import available_cpus
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds to wait for all ranks to join, for a silent rank before it is
@@ -128,13 +129,6 @@ class Launch:
         if self.cpus_per_rank:
             return max(1, min(self.cpus_per_rank, 8))
         return max(1, min(available_cpus() // max(1, self.local_world_size), 8))
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:

@@ -61,7 +61,7 @@ def resumable(options: ComputeOptions) -> Resumable | None:
 
 def default_threads() -> int:
     """The CPUs available to this process, at most 8."""
-    from wxstats.runtime.launch import available_cpus
+    from wxstats.core.machine import available_cpus
 
     return max(1, min(available_cpus(), 8))
 

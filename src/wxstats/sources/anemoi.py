@@ -175,8 +175,7 @@ class AnemoiSource:
             block_bytes,
             self.diff_steps[-1],
         )
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        self._chunks = ZarrChunkReader(self.path, {}, io_threads or cpus or 1)
+        self._chunks = ZarrChunkReader(self.path, {}, io_threads)
         fill = self.data.fill_value
         self._missing_ok = fill is not None and np.isnan(np.asarray(fill, dtype=np.float64))
         units = self._units(attrs)

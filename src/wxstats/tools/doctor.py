@@ -15,7 +15,8 @@ from importlib import metadata
 from typing import Any
 
 from wxstats import __version__
-from wxstats.runtime.launch import available_cpus, detect_launch
+from wxstats.core.machine import available_cpus
+from wxstats.runtime.launch import detect_launch
 
 LIBRARIES = (
     "numpy",

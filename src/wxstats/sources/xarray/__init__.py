@@ -135,10 +135,10 @@ class XarraySource:
         )
         self.groups = time_groups(self.options.by, self.times, self.path)
         self.weight_field = None
+        self._weights_identity: dict[str, Any] | None = None
         if self.options.weights:
             self.weight_field = weight_field(self.options.weights, first, self.path, storage)
-            for v in self.vars:
-                v.weights = grid_weights(self.weight_field, v)
+            self._weigh_variables()
         self.streams = stream_specs(
             self.vars,
             self.splits,
@@ -154,10 +154,8 @@ class XarraySource:
         """Chunk-by-chunk reading for a zarr store (see :mod:`.chunks`)."""
         if len(self.parts) != 1 or not is_zarr(self.path):
             return None
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        threads = self.options.io_threads or cpus or 1
         try:
-            return ZarrChunkReader(self.path, storage, threads)
+            return ZarrChunkReader(self.path, storage, self.options.io_threads)
         except Exception as exc:  # zarr raises many kinds for what xarray opened
             raise InputError(f"{self.path}: cannot open with zarr: {first_line(exc)}") from None
 
@@ -345,15 +343,23 @@ class XarraySource:
             **({"weights": self.weights_identity()} if self.weight_field else {}),
         }
 
+    def _weigh_variables(self) -> None:
+        """Each variable's grid-point weights and their digest, computed once per grid
+        (variables on the same grid share one array)."""
+        per_grid: dict[tuple, tuple[np.ndarray, str]] = {}
+        digests = {}
+        for v in self.vars:
+            grid = (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims))
+            if grid not in per_grid:
+                weights = grid_weights(self.weight_field, v)
+                per_grid[grid] = (weights, weights_digest(weights))
+            v.weights, digests[v.name] = per_grid[grid]
+        self._weights_identity = {"method": self.weight_field.method, "digests": digests}
+
     def weights_identity(self) -> dict[str, Any] | None:
         """What weighted the statistics (None: unweighted): a resume, an update or a
         merge must use the same weights, bit for bit."""
-        if self.weight_field is None:
-            return None
-        return {
-            "method": self.weight_field.method,
-            "digests": {v.name: weights_digest(v.weights) for v in self.vars},
-        }
+        return self._weights_identity
 
     def close(self) -> None:
         if self._chunks is not None:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
+from wxstats.core.machine import available_cpus
 from wxstats.sources.xarray.open import first_line, is_url
 
 REQUESTS_IN_FLIGHT = 64
@@ -163,7 +164,9 @@ class ZarrChunkReader:
         self.store = ChunkStore(path, storage_options)
         opts = {"storage_options": storage_options} if is_url(path) else {}
         self.group = zarr.open_group(path, mode="r", **opts)
-        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="wxstats-chunks")
+        self.pool = ThreadPoolExecutor(
+            max(1, threads or available_cpus()), thread_name_prefix="wxstats-chunks"
+        )
         self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
