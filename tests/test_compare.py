@@ -167,3 +167,20 @@ def test_summary_and_statistics_file_of_an_mdp_store_compare_every_category(tmp_
     summary.write_text(json.dumps(data))
     assert main(["compare", str(summary), str(out), "--rtol", "1e-6"]) == 1
     assert "toa_radiation" in capsys.readouterr().out
+
+
+def test_a_difference_mean_lost_as_nan_is_a_difference_unless_the_set_lacks_it(datastore):
+    """NaN where the other set has numbers is a difference; only a set that says it
+    does not hold the difference mean (GraphCast-style files) is left out, with a note."""
+    a = read_stats(datastore / "static" / "wxstats_stats.nc")
+    b = read_stats(datastore / "static" / "wxstats_stats.nc")
+    state = b.streams["state__train"]
+    step = next(iter(state.diff))
+    state.diff[step].mean = np.full_like(state.diff[step].mean, np.nan)
+    lost = compare(a, b)
+    assert not lost.equal
+    assert any(e.quantity == f"diff{step} mean" and e.rel == math.inf for e in lost.above)
+    state.missing.add(f"diff{step} mean")
+    lacking = compare(a, b)
+    assert lacking.equal
+    assert f"state: diff{step} mean only in A, not compared" in lacking.notes

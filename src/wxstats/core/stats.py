@@ -141,6 +141,9 @@ class StreamStats:
     """False when the file has no feature names (they are then ``#0, #1, ...``)."""
     derived: set[str] = field(default_factory=set)
     """Entries computed from the other scale, not read (e.g. ``"diff3 mean"``)."""
+    missing: set[str] = field(default_factory=set)
+    """Entries the file does not hold, NaN here (``"diff2 mean"``: GraphCast-style
+    files keep only the difference std); ``compare`` leaves them out."""
     time_mean: np.ndarray | None = None
     """(G, F): the mean over time of every grid point (a run that asked for it)."""
 
@@ -274,6 +277,7 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
         layout=layout,
         named=all(s.named for s in streams),
         derived={d for s in streams for d in s.derived},
+        missing={m for s in streams for m in s.missing},
     )
 
 

@@ -101,7 +101,7 @@ def _steps(
 ) -> list[tuple[object, object, str]]:
     common = [k for k in a.diff if k in b.diff]
     if common:
-        return [(k, k, f"diff{k if k is not None else ''}") for k in common]
+        return [(k, k, _tag(k)) for k in common]
     if len(a.diff) == 1 and len(b.diff) == 1:
         ka, kb = next(iter(a.diff)), next(iter(b.diff))
         result.notes.append(
@@ -117,10 +117,19 @@ def _steps(
     return []
 
 
+def _tag(step: object) -> str:
+    """``diff3``: how a file's difference statistics of ``step`` are named."""
+    return f"diff{step if step is not None else ''}"
+
+
 def _native(stream: StreamStats, step: object) -> bool:
     """Whether the file itself holds raw-scale difference statistics for ``step``."""
-    label = f"diff{step if step is not None else ''}"
-    return all(f"{label} {op}" not in stream.derived for op in ("mean", "std"))
+    return all(f"{_tag(step)} {op}" not in stream.derived for op in ("mean", "std"))
+
+
+def _lacks_mean(stream: StreamStats, step: object) -> bool:
+    """The set does not hold the difference mean of ``step`` (GraphCast-style files)."""
+    return f"{_tag(step)} mean" in stream.missing
 
 
 def _diff_scale(stream: StreamStats, step: object, native: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -155,19 +164,14 @@ def _compare_stream(category: str, a: StreamStats, b: StreamStats, result: Compa
         if count_a is not None and count_b is not None:
             quantities.append((f"{label} count", count_a, count_b, None))
         spread = np.maximum(std_a[rows_a], std_b[rows_b])
-        quantities.append((f"{label} mean{suffix}", mean_a, mean_b, spread))
+        lacking = [s for s, stream, k in (("A", a, ka), ("B", b, kb)) if _lacks_mean(stream, k)]
+        if not lacking:
+            quantities.append((f"{label} mean{suffix}", mean_a, mean_b, spread))
+        elif len(lacking) == 1:
+            other = "B" if lacking == ["A"] else "A"
+            result.notes.append(f"{category}: {label} mean only in {other}, not compared")
         quantities.append((f"{label} std{suffix}", std_a, std_b, None))
     for quantity, va, vb, spread in quantities:
-        absent = [
-            side
-            for side, values, rows in (("A", va, rows_a), ("B", vb, rows_b))
-            if rows and np.isnan(np.asarray(values, dtype=np.float64)[rows]).all()
-        ]
-        if absent:  # a set that does not hold it (GraphCast's files have no difference mean)
-            if len(absent) == 1:
-                other = "B" if absent == ["A"] else "A"
-                result.notes.append(f"{category}: {quantity} only in {other}, not compared")
-            continue
         for n, (i, j, name) in enumerate(pairs):
             s = float(spread[n]) if spread is not None else 0.0
             rel = relative_difference(float(va[i]), float(vb[j]), s)

@@ -133,6 +133,7 @@ def read_graphcast(folder: str | Path) -> Stats:
         step = int(loaded["diff"].attrs.get("diff_step", 1))
         std = flat("diff")
         stream.diff[step] = DiffStats(mean=np.full_like(std, np.nan), std=std)
+        stream.missing.add(f"diff{step} mean")  # the files hold no difference mean
     return Stats(
         source_kind="graphcast",
         streams={"state": stream},
