@@ -99,6 +99,14 @@ def compute_args(config: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
+def kill_leftovers(processes) -> None:
+    """End (SIGKILL) and reap the processes a test started that still run."""
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def run(cmd: list[str], timeout: float = 240, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
         cmd, env=kw.pop("env", env()), capture_output=True, text=True, timeout=timeout, **kw

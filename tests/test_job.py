@@ -25,6 +25,7 @@ from distributed_helpers import (
     assert_identical_outputs,
     compute_args,
     env,
+    kill_leftovers,
     make_odd_dataset,
     odd_dataset_with_single_run,
     processes_mentioning,
@@ -148,10 +149,7 @@ def test_torchrun_two_nodes(odd, tmp_path):
     try:
         results = [p.communicate(timeout=240) for p in nodes]
     finally:
-        for p in nodes:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_leftovers(nodes)
     assert [p.returncode for p in nodes] == [0, 0], results
     assert world_size_of(out) == 4
     assert_identical_outputs(reference, out)
@@ -255,8 +253,7 @@ def test_a_killed_rank_under_nproc_stops_the_job(odd_copy, tmp_path):
         os.kill(victim, signal.SIGKILL)
         _, err = job.communicate(timeout=60)
     finally:
-        if job.poll() is None:
-            job.kill()
+        kill_leftovers([job])
     assert job.returncode == 1
     assert "rank 1 of 3 was killed by SIGKILL" in err
     assert not out.exists() or not any(out.iterdir())
@@ -288,10 +285,7 @@ def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
         errs = [p.communicate(timeout=60)[1] for p in (ranks[0], ranks[2])]
         took = time.monotonic() - killed_at
     finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_leftovers(ranks)
     assert ranks[0].returncode == 1 and ranks[2].returncode == 1, errs
     # its liveness connection closed at once: no need to wait for the heartbeat timeout
     assert f"rank 1 on {socket.gethostname()} failed: its connection closed" in errs[0]
@@ -332,10 +326,7 @@ def test_rank_0_lost_after_the_gather_ends_the_waiting_ranks_at_once(odd_copy, t
         _, err = ranks[1].communicate(timeout=60)
         took = time.monotonic() - killed_at
     finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_leftovers(ranks)
     assert ranks[1].returncode == 1, err
     assert "rank 0" in err and "Traceback" not in err, err
     assert took < 10, f"rank 1 waited {took:.1f} s after rank 0 was lost"
@@ -607,9 +598,7 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
         )
         errs = [p.communicate(timeout=180)[1] for p in first]
     finally:
-        for p in first:
-            if p.poll() is None:
-                p.kill()
+        kill_leftovers(first)
     assert intruder.returncode == 2, intruder.stderr
     assert "belongs to another job (slurm job 1 step 0), not to this one (slurm job 5001 " in (
         intruder.stderr
