@@ -6,6 +6,8 @@ to the xarray path; missing chunk objects are never silent numbers."""
 from __future__ import annotations
 
 import shutil
+import threading
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,7 +19,12 @@ from numcodecs import Blosc
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
 from wxstats.sources.xarray import XarrayOptions, XarraySource
-from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader, chunk_codec
+from wxstats.sources.xarray.chunks import (
+    SharedChunks,
+    SlabRequest,
+    ZarrChunkReader,
+    chunk_codec,
+)
 
 
 def _dataset(n_time=23, shape=(3, 5, 7)):
@@ -83,7 +90,10 @@ def test_slabs_equal_xarray(tmp_path, layout):
 
 
 def _bytes(source):
-    stats = compute_source(source, threads=2)
+    return _bytes_of(compute_source(source, threads=2))
+
+
+def _bytes_of(stats):
     summary = stats.to_summary()
     for entry in (summary, *summary["splits"].values()):
         entry.pop("run", None)
@@ -142,3 +152,106 @@ def test_corrupt_chunk_names_the_object(tmp_path):
     (path / "a" / "c" / "1" / "0" / "0" / "0").write_bytes(b"not zstd")
     with pytest.raises(InputError, match=r"chunk object a/c/1/0/0/0: cannot decode"):
         compute(path, variables=["a"])
+
+
+def _decoded_keys(monkeypatch) -> list[str]:
+    """Every chunk object the reader decompresses, in order (a recording wrapper)."""
+    keys: list[str] = []
+    real = ZarrChunkReader._decoded
+
+    def recording(self, fetched, req, key):
+        keys.append(key)
+        return real(self, fetched, req, key)
+
+    monkeypatch.setattr(ZarrChunkReader, "_decoded", recording)
+    return keys
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_each_chunk_is_decoded_once_though_two_blocks_read_it(tmp_path, monkeypatch, threads):
+    """A block's difference halo is the previous block's last steps: its chunks
+    are decompressed once for both blocks, and the statistics are still those
+    of xarray's own reading, byte for byte."""
+    ds, _ = gridded(n_time=40)
+    enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
+    ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
+    opts = XarrayOptions(diff_steps=(1, 2), block_bytes=1)  # one chunk (3 steps) per block
+    slow = XarraySource(tmp_path / "g.zarr", opts)
+    slow._chunks.close()
+    slow._chunks = None  # xarray's own indexing: the reference
+    want = _bytes(slow)
+    fast = XarraySource(tmp_path / "g.zarr", opts)
+    keys = _decoded_keys(monkeypatch)
+    fast.reference_blocks()  # what the run reads on its own first: the reference steps
+    references = Counter(keys)
+    keys.clear()
+    assert len(fast) == 14  # 40 steps in chunks of 3
+    stats = compute_source(fast, threads=threads)
+    blocks = Counter(keys) - references
+    assert len(blocks) == 3 * 14  # t2m, z, msl: one chunk object per 3 steps
+    assert set(blocks.values()) == {1}
+    assert _bytes_of(stats) == want
+
+
+def test_a_halo_longer_than_a_block_is_still_read_right(tmp_path):
+    """Differences over 5 steps with blocks of 3: a chunk is read by three
+    blocks (the third decodes it again); the numbers are xarray's."""
+    ds, _ = gridded(n_time=30)
+    enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
+    ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
+    opts = XarrayOptions(diff_steps=(1, 5), block_bytes=1)
+    fast = XarraySource(tmp_path / "g.zarr", opts)
+    slow = XarraySource(tmp_path / "g.zarr", opts)
+    slow._chunks.close()
+    slow._chunks = None
+    assert _bytes(fast) == _bytes(slow)
+
+
+def test_shared_chunks_decode_once_wait_and_fail_together():
+    shared = SharedChunks(limit=10**6)
+    calls = []
+
+    def decode():
+        calls.append(1)
+        return np.arange(4.0)
+
+    first = shared.take("k", decode)
+    second = shared.take("k", decode)
+    assert second is first and len(calls) == 1
+    assert shared.take("k", decode) is not first and len(calls) == 2  # a third reader decodes
+    # the second reader waits while the first decodes, and shares its failure
+    started, release = threading.Event(), threading.Event()
+
+    def slow_bad():
+        started.set()
+        release.wait(5)
+        raise InputError("s.zarr: chunk object b: cannot decode")
+
+    errors = []
+
+    def reader(decode_fn):
+        try:
+            shared.take("b", decode_fn)
+        except InputError as exc:
+            errors.append(str(exc))
+
+    one = threading.Thread(target=reader, args=(slow_bad,))
+    one.start()
+    started.wait(5)
+    two = threading.Thread(target=reader, args=(decode,))
+    two.start()
+    release.set()
+    one.join(5)
+    two.join(5)
+    assert errors == ["s.zarr: chunk object b: cannot decode"] * 2
+    assert len(calls) == 2  # the waiting reader did not decode
+
+
+def test_shared_chunks_never_wanted_again_are_dropped_beyond_the_limit():
+    """A block whose neighbour runs on another rank leaves its last chunks
+    unclaimed: the oldest are dropped beyond the byte limit."""
+    shared = SharedChunks(limit=3 * 80)
+    for i in range(10):
+        shared.take(f"c{i}", lambda: np.zeros(10))  # 80 bytes each
+    assert sorted(shared._entries) == ["c7", "c8", "c9"]
+    assert shared._bytes == 3 * 80

@@ -91,7 +91,12 @@ def console() -> int:
     wxstats never makes one, and the import costs about half a second of every
     run's start-up. A library caller's process is left alone (``main``)."""
     sys.modules.setdefault("dask", None)  # None: "not installed" to importlib
-    from wxstats.core import kernels
+    # numpy's OpenBLAS threads spin after any BLAS call (1.6 % of a run's CPU);
+    # wxstats' sums use no BLAS. Set before numpy is first imported.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from wxstats.core import kernels, machine
+
+    machine.tune_for_one_command()
 
     kernels.NUMBA_WITHOUT_BLAS = True  # numba's BLAS probe imports scipy.linalg (see there)
     # torch's C++ warnings (a peer's socket closed, with a C++ stack) would bury the

@@ -29,6 +29,7 @@ from typing import Any
 
 from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
+from wxstats.core.machine import end_of_start_up
 from wxstats.core.stats import Stats
 from wxstats.runtime import preload
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
@@ -202,6 +203,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         # what every rank must agree on (not mtimes: data staged per node is fine)
         layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
         world.begin(sizes, layout, progress)
+        end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
         modules = preload.WRITER_MODULES if source.kind == "npyfilesmeps" else ("netCDF4",)

@@ -34,7 +34,7 @@ from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec, flat_layout
 from wxstats.core.timespan import span_name, span_seconds
 from wxstats.sources.base import parse_period
-from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks
+from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
 from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
@@ -269,16 +269,16 @@ class AnemoiSource:
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def _request(self, r0: int, r1: int) -> SlabRequest:
+    def _request(self, r0: int, r1: int, shared: tuple = ()) -> SlabRequest:
         # stored (dates, variables, ensembles, cells); read (dates, ensembles, cells, variables)
-        return SlabRequest("data", r0, r1, (0, 2, 3, 1), self._missing_ok)
+        return SlabRequest("data", r0, r1, (0, 2, 3, 1), self._missing_ok, shared)
 
-    def _read(self, r0: int, r1: int) -> np.ndarray:
+    def _read(self, r0: int, r1: int, shared: tuple = ()) -> np.ndarray:
         """Dates ``[r0, r1)`` as ``(dates, ensembles x cells, variables)``: chunk objects
         read and decompressed in a thread pool, one transposing copy
         (:mod:`wxstats.sources.xarray.chunks`); a date never written (a missing date)
         reads as NaN."""
-        raw = self._chunks.read([self._request(r0, r1)])["data"]
+        raw = self._chunks.read([self._request(r0, r1, shared)])["data"]
         return raw.reshape(r1 - r0, self.n_grid, len(self.variables))
 
     def _channels(self) -> np.ndarray:
@@ -291,7 +291,7 @@ class AnemoiSource:
         for k in self.diff_steps:
             d0 = max(b0, self.start + k)
             diffs[k] = (d0 - r0, b1 - r0) if d0 < b1 else (0, 0)
-        array = self._read(r0, b1)
+        array = self._read(r0, b1, shared_steps(self.blocks, index))
         return {STREAM: Block(array, self._channels(), (b0 - r0, b1 - r0), diffs)}
 
     def reference_blocks(self) -> dict[str, Block]:

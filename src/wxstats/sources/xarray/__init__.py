@@ -30,6 +30,7 @@ from wxstats.sources.xarray.blocks import (
     plan_blocks,
     read_slab,
     read_static,
+    shared_steps,
 )
 from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
 from wxstats.sources.xarray.decode import decoding
@@ -159,10 +160,10 @@ class XarraySource:
         except Exception as exc:  # zarr raises many kinds for what xarray opened
             raise InputError(f"{self.path}: cannot open with zarr: {first_line(exc)}") from None
 
-    def _request(self, v: Variable, r0: int, r1: int) -> SlabRequest:
+    def _request(self, v: Variable, r0: int, r1: int, shared=()) -> SlabRequest:
         dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
         order = tuple(dims.index(d) for d in (self.time_dim, *v.grid_dims, *v.feature_dims))
-        return SlabRequest(v.name, r0, r1, order, self._missing_ok[v.name])
+        return SlabRequest(v.name, r0, r1, order, self._missing_ok[v.name], shared)
 
     @cached_property
     def _missing_ok(self) -> dict[str, bool]:
@@ -211,14 +212,17 @@ class XarraySource:
     def _read(self, v: Variable, r0: int, r1: int) -> np.ndarray:
         return self._read_all([v], r0, r1)[v.name]
 
-    def _read_all(self, variables: list[Variable], r0: int, r1: int) -> dict[str, np.ndarray]:
-        """Decoded ``(time, grid, features)`` values of steps ``[r0, r1)``."""
+    def _read_all(
+        self, variables: list[Variable], r0: int, r1: int, shared: tuple = ()
+    ) -> dict[str, np.ndarray]:
+        """Decoded ``(time, grid, features)`` values of steps ``[r0, r1)`` (``shared``:
+        the steps a neighbouring block reads too, see :class:`.SlabRequest`)."""
         if self._chunks is None:
             return {
                 v.name: read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim)
                 for v in variables
             }
-        raw = self._chunks.read([self._request(v, r0, r1) for v in variables])
+        raw = self._chunks.read([self._request(v, r0, r1, shared) for v in variables])
         return {
             v.name: finish_slab(raw[v.name], self._decodings[(0, v.name)], v, self.path)
             for v in variables
@@ -237,7 +241,8 @@ class XarraySource:
     def read(self, index: int) -> dict[str, Block]:
         block = self.blocks[index]
         b0, b1, r0 = block.start, block.stop, block.first
-        arrays = self._read_all([v for v in self.vars if v.has_time], r0, b1)
+        shared = shared_steps(self.blocks, index)
+        arrays = self._read_all([v for v in self.vars if v.has_time], r0, b1, shared)
         out = {}
         for v in self.vars:
             if not v.has_time:

@@ -80,6 +80,18 @@ def plan_blocks(
     return out
 
 
+def shared_steps(blocks: list[TimeBlock], index: int) -> tuple[tuple[int, int], ...]:
+    """The steps block ``index`` reads that a neighbour reads too: its halo (the
+    previous block's last steps) and its own last steps (the next block's halo)."""
+    block = blocks[index]
+    out = []
+    if block.first < block.start:
+        out.append((block.first, block.start))
+    if index + 1 < len(blocks) and blocks[index + 1].first < block.stop:
+        out.append((max(blocks[index + 1].first, block.start), block.stop))
+    return tuple(out)
+
+
 def read_slab(
     parts: list[Part],
     v: Variable,

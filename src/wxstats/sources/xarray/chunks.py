@@ -26,6 +26,7 @@ import itertools
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ REQUESTS_IN_FLIGHT = 64
 """Connections to an object store: a block's chunk objects are requested at once."""
 BLOCKS_AHEAD = 2
 """Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
+SHARED_BYTES = 128 * 2**20
+"""Decoded chunks kept for a neighbouring block that has not read them yet."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
@@ -140,18 +143,71 @@ class ChunkStore:
                 os.close(fd)
 
 
+class SharedChunks:
+    """Decoded chunks that two neighbouring blocks read (a block's last steps are
+    the next block's difference halo), decompressed once: whichever block comes
+    first decodes, the other takes the values, waiting if they are being decoded.
+    An entry leaves when its second reader takes it; entries whose second reader
+    is elsewhere (another rank) leave oldest first beyond ``limit`` bytes. A
+    chunk read by more than two blocks (a halo longer than a block) is decoded
+    again by the third: the same values."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, Future] = OrderedDict()
+        self._bytes = 0
+
+    def take(self, key: str, decode: Callable[[], np.ndarray | None]) -> np.ndarray | None:
+        """The values of chunk ``key``: ``decode()`` for its first reader, kept
+        for (or waited on by) the second."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            first = entry is None
+            if first:
+                entry = self._entries[key] = Future()
+            elif entry.done() and entry.exception() is None:
+                self._bytes -= _nbytes(entry.result())
+        if not first:
+            return entry.result()
+        try:
+            values = decode()
+        except BaseException as exc:
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+            entry.set_exception(exc)
+            raise
+        entry.set_result(values)
+        with self._lock:
+            if self._entries.get(key) is entry:  # the second reader is yet to come
+                self._bytes += _nbytes(values)
+                for old in list(self._entries):
+                    if self._bytes <= self.limit:
+                        break
+                    if self._entries[old].done():
+                        self._bytes -= _nbytes(self._entries.pop(old).result())
+        return values
+
+
+def _nbytes(values: np.ndarray | None) -> int:
+    return 0 if values is None else values.nbytes
+
+
 @dataclass(frozen=True)
 class SlabRequest:
     """Raw values of ``name`` at time steps ``[start, stop)`` with the stored axes
     put in ``order`` (``order[0]``, the stored time axis, first: mllam-data-prep
     stores forcing as (feature, time, grid)); a missing chunk reads as the fill
-    value only if ``missing_ok``."""
+    value only if ``missing_ok``. ``shared``: ranges of steps that a neighbouring
+    block reads too (its difference halo), whose chunks are decoded once for both."""
 
     name: str
     start: int
     stop: int
     order: tuple[int, ...]
     missing_ok: bool
+    shared: tuple[tuple[int, int], ...] = ()
 
 
 class ZarrChunkReader:
@@ -172,6 +228,7 @@ class ZarrChunkReader:
         self._warned: set[str] = set()
         self._ahead: dict[tuple[str, ...], Future] = {}
         self._fetcher = ThreadPoolExecutor(BLOCKS_AHEAD, thread_name_prefix="wxstats-fetch")
+        self._shared = SharedChunks(SHARED_BYTES)
 
     def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
         if name not in self._arrays:
@@ -180,8 +237,8 @@ class ZarrChunkReader:
         return self._arrays[name]
 
     def _chunks(self, req: SlabRequest):
-        """(key, where in the slab, where in the chunk) of every chunk of ``req``,
-        both in stored axis order."""
+        """(key, where in the slab, where in the chunk, whether a neighbouring block
+        reads it too) of every chunk of ``req``, in stored axis order."""
         arr, _ = self._array(req.name)
         shape, cs, t = arr.shape, arr.chunks, req.order[0]
         ranges = [
@@ -200,10 +257,13 @@ class ZarrChunkReader:
                     dst.append(slice(lo, hi))
                 src.append(slice(lo - c * cs[d], hi - c * cs[d]))
             key = arr.metadata.encode_chunk_key(coords)
-            yield f"{arr.path}/{key}" if arr.path else key, tuple(dst), tuple(src)
+            t0 = max(coords[t] * cs[t], req.start)
+            t1 = min(t0 + cs[t], req.stop)
+            shared = any(a < t1 and t0 < b for a, b in req.shared)
+            yield f"{arr.path}/{key}" if arr.path else key, tuple(dst), tuple(src), shared
 
     def keys(self, req: SlabRequest) -> list[str]:
-        return [key for key, _, _ in self._chunks(req)]
+        return [key for key, *_ in self._chunks(req)]
 
     def _keys(self, reqs: list[SlabRequest]) -> tuple[str, ...]:
         """The chunk objects this module fetches for ``reqs`` (not zarr's own)."""
@@ -234,10 +294,10 @@ class ZarrChunkReader:
             out[req.name] = slab
             stored = slab.transpose(np.argsort(req.order))  # a view in stored axis order
             if codec is None:
-                tasks.append((req, None, stored, None, None))
+                tasks.append((req, None, stored, None, None, False))
                 continue
-            for key, dst, src in self._chunks(req):
-                tasks.append((req, key, stored, dst, src))
+            for key, dst, src, shared in self._chunks(req):
+                tasks.append((req, key, stored, dst, src, shared))
         fetched = None
         if not self.store.local:
             keys = self._keys(reqs)
@@ -249,17 +309,30 @@ class ZarrChunkReader:
             fut.result()
         return out
 
-    def _fill(self, fetched, req, key, stored, dst, src) -> None:
-        arr, codec = self._array(req.name)
-        where = f"{self.path}: variable {req.name}"
+    def _fill(self, fetched, req, key, stored, dst, src, shared) -> None:
+        arr, _ = self._array(req.name)
         if key is None:  # zarr's own (basic) slicing
             try:
                 where_t = [slice(None)] * arr.ndim
                 where_t[req.order[0]] = slice(req.start, req.stop)
                 stored[...] = arr[tuple(where_t)]
             except Exception as exc:  # storage errors of any backend
+                where = f"{self.path}: variable {req.name}"
                 raise InputError(f"{where}: cannot read: {first_line(exc)}") from None
             return
+        if shared:
+            values = self._shared.take(key, lambda: self._decoded(fetched, req, key))
+        else:
+            values = self._decoded(fetched, req, key)
+        if values is None:
+            stored[dst] = arr.fill_value
+        else:
+            stored[dst] = values[src]
+
+    def _decoded(self, fetched, req: SlabRequest, key: str) -> np.ndarray | None:
+        """The values of chunk object ``key`` (``None``: missing, read as the fill value)."""
+        arr, codec = self._array(req.name)
+        where = f"{self.path}: variable {req.name}"
         try:
             data = fetched[key] if fetched is not None else self.store.get(key)
         except OSError as exc:
@@ -271,15 +344,13 @@ class ZarrChunkReader:
                     f"read it as the fill value {arr.fill_value!r}: silently wrong numbers)"
                 )
             self._warn_missing(req.name, key)
-            stored[dst] = arr.fill_value
-            return
+            return None
         try:
             raw = codec.decompress(data) if codec.decompress else data
-            values = np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
+            return np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
         except Exception as exc:  # corrupt or truncated objects
             msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             raise InputError(msg) from None
-        stored[dst] = values[src]
 
     def _warn_missing(self, name: str, key: str) -> None:
         """Say so (once per variable) when a missing chunk is read as missing values."""
