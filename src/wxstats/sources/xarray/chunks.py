@@ -42,6 +42,8 @@ REQUESTS_IN_FLIGHT = 64
 """Connections to an object store: a block's chunk objects are requested at once."""
 BLOCKS_AHEAD = 2
 """Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
+PLANS_KEPT = 256
+"""Chunk plans of requests kept between a block's read-ahead and its read."""
 SHARED_BYTES = 128 * 2**20
 """Decoded chunks kept for a neighbouring block that has not read them yet."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
@@ -224,6 +226,9 @@ class ZarrChunkReader:
             max(1, threads or available_cpus()), thread_name_prefix="wxstats-chunks"
         )
         self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self._chunk_shapes: dict[str, tuple[int, ...]] = {}
+        self._plans: dict[SlabRequest, list] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._ahead: dict[tuple[str, ...], Future] = {}
@@ -233,18 +238,30 @@ class ZarrChunkReader:
     def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
         if name not in self._arrays:
             arr = self.group[name]
+            # zarr computes these on every access: once here, not once per chunk
+            self._shapes[name], self._chunk_shapes[name] = tuple(arr.shape), tuple(arr.chunks)
             self._arrays[name] = (arr, chunk_codec(arr))
         return self._arrays[name]
 
-    def _chunks(self, req: SlabRequest):
+    def _chunks(self, req: SlabRequest) -> list[tuple[str, tuple, tuple, bool]]:
         """(key, where in the slab, where in the chunk, whether a neighbouring block
-        reads it too) of every chunk of ``req``, in stored axis order."""
+        reads it too) of every chunk of ``req``, in stored axis order. Kept for
+        the read of a block whose read-ahead asked for it first."""
+        plan = self._plans.get(req)
+        if plan is None:
+            if len(self._plans) >= PLANS_KEPT:
+                self._plans.clear()
+            plan = self._plans[req] = list(self._plan(req))
+        return plan
+
+    def _plan(self, req: SlabRequest):
         arr, _ = self._array(req.name)
-        shape, cs, t = arr.shape, arr.chunks, req.order[0]
+        shape, cs, t = self._shapes[req.name], self._chunk_shapes[req.name], req.order[0]
         ranges = [
             range(req.start // c, (req.stop - 1) // c + 1) if d == t else range(-(-n // c))
             for d, (n, c) in enumerate(zip(shape, cs, strict=True))
         ]
+        prefix = f"{arr.path}/" if arr.path else ""
         for coords in itertools.product(*ranges):
             dst, src = [], []
             for d, c in enumerate(coords):
@@ -253,14 +270,12 @@ class ZarrChunkReader:
                 if d == t:
                     lo, hi = max(lo, req.start), min(hi, req.stop)
                     dst.append(slice(lo - req.start, hi - req.start))
+                    shared = any(a < hi and lo < b for a, b in req.shared)
                 else:
                     dst.append(slice(lo, hi))
                 src.append(slice(lo - c * cs[d], hi - c * cs[d]))
-            key = arr.metadata.encode_chunk_key(coords)
-            t0 = max(coords[t] * cs[t], req.start)
-            t1 = min(t0 + cs[t], req.stop)
-            shared = any(a < t1 and t0 < b for a, b in req.shared)
-            yield f"{arr.path}/{key}" if arr.path else key, tuple(dst), tuple(src), shared
+            key = prefix + arr.metadata.encode_chunk_key(coords)
+            yield key, tuple(dst), tuple(src), shared
 
     def keys(self, req: SlabRequest) -> list[str]:
         return [key for key, *_ in self._chunks(req)]
@@ -287,7 +302,7 @@ class ZarrChunkReader:
         out, tasks = {}, []
         for req in reqs:
             arr, codec = self._array(req.name)
-            shape = list(arr.shape)
+            shape = list(self._shapes[req.name])
             shape[req.order[0]] = req.stop - req.start
             dtype = np.dtype(arr.dtype).newbyteorder("=")
             slab = np.empty([shape[a] for a in req.order], dtype=dtype)
@@ -347,7 +362,7 @@ class ZarrChunkReader:
             return None
         try:
             raw = codec.decompress(data) if codec.decompress else data
-            return np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
+            return np.frombuffer(raw, dtype=codec.dtype).reshape(self._chunk_shapes[req.name])
         except Exception as exc:  # corrupt or truncated objects
             msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             raise InputError(msg) from None
