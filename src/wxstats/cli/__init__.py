@@ -6,6 +6,7 @@ printed on one line, without a traceback, and exit with status 2.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -104,6 +105,10 @@ def console() -> int:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGINT, _first_interrupt)
     code = main()
+    # everything still alive stays until the process ends: frozen, the interpreter's
+    # final collections skip it (0.17 s of every run with xarray, zarr and numba
+    # loaded, against 0.02 s); objects are still released and atexit still runs
+    gc.freeze()
     # the command has said what happened; a Ctrl-C (or SIGTERM) while the process
     # ends (threads finishing their block, torch's atexit) stops it at once, quietly,
     # instead of a KeyboardInterrupt traceback from the interpreter's shutdown
