@@ -1,0 +1,76 @@
+"""The benchmarks run from a clone and print every row they promise (one of
+them imported a module the redesign had removed, and nobody noticed): each
+runs here on a tiny dataset, and its figures are checked to be numbers that
+agree with each other, not their speed (timings belong to the benchmarks)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from distributed_helpers import env
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+pytestmark = pytest.mark.slow
+
+
+def _run(script: str, *args: str, cwd: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=cwd,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def _seconds(text: str, row: str) -> float:
+    match = re.search(re.escape(row) + r"\s+([0-9.]+) s", text)
+    assert match, f"no row {row!r} in:\n{text}"
+    return float(match.group(1))
+
+
+def test_bench_zarr_prints_the_limit_wxstats_and_start_up(tmp_path):
+    text = _run(
+        "bench_zarr.py",
+        *("--gb", "0.03", "--dir", str(tmp_path), "--repeat", "1"),
+        *("--no-dask", "--no-s3", "--no-ranks"),
+        cwd=tmp_path,
+    )
+    for mode in ("warm", "cold"):
+        block = text.split(f"zarr, {mode} page cache:")[1]
+        limit = _seconds(block, "limit: numcodecs, threads")
+        for row in (
+            "limit: zarr-python slabs",
+            "wxstats (in-process)",
+            "wxstats compute (command)",
+        ):
+            assert _seconds(block, row) > 0
+        assert limit > 0
+    nc = text.split("netCDF (one file, warm):")[1]
+    assert _seconds(nc, "limit: netCDF4-python slabs") > 0 and _seconds(nc, "wxstats") > 0
+    ours, base = re.search(r"start-up: wxstats compute tiny.zarr ([0-9.]+) s; import numpy, "
+                           r"xarray ([0-9.]+) s; ratio ([0-9.]+)", text).groups()[:2]  # fmt: skip
+    assert float(ours) > float(base) > 0  # the command imports at least numpy and xarray
+
+
+def test_benchmarks_run_prints_throughput_cold_and_memory(tmp_path):
+    text = _run(
+        "run.py",
+        *("--size-gb", "0.02", "--sizes", "0.02", "--peer-gb", "0.01", "--repeat", "1"),
+        *("--grid", "30", "40", "--dir", str(tmp_path)),
+        cwd=tmp_path,
+    )
+    raw = _seconds(text, "raw read, np.load(mmap)+float32 sum (the limit)")
+    whole = _seconds(text, "wxstats compute --threads 1 (whole command)")
+    start = _seconds(text, "wxstats startup+write (same command on a 4 MB dataset)")
+    assert raw >= 0 and whole > 0 and start > 0
+    assert _seconds(text, "raw read, np.load(mmap)+float32 sum (the cold limit)") >= 0
+    assert "steady state, all threads / raw read" in text
+    assert re.search(r"--threads 1\s+[0-9]+ MiB", text), text
