@@ -145,3 +145,28 @@ def test_an_overflowing_block_changes_nothing():
     assert acc.values.pack()[0].tobytes() == before[0].tobytes()
     assert acc.diffs[1].pack()[0].tobytes() == before[1].tobytes()
     acc.add(_block(good, good, good, bad), per_step=True)  # each row is finite on its own
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        lambda: StreamMoments.create(3, (1,), grid_points=4),  # time means on one side
+        lambda: StreamMoments.create(3, (1, 2)),  # another difference step
+        lambda: StreamMoments.create(3, (1,), weighted=True),
+    ],
+)
+def test_moments_of_another_layout_are_refused_and_change_nothing(other):
+    """Merging must never drop a sum silently (a mean without part of its data)."""
+    rng = np.random.default_rng(4)
+    data = rng.normal(size=(20, 3))
+    ref = Reference.from_values(data)
+    mine = StreamMoments(_moments(data, ref), {1: _moments(data[1:] - data[:-1], ref)})
+    before = mine.values.pack()
+    theirs = other()
+    theirs.values.count[:] = 7
+    with pytest.raises(ValueError, match="do not merge"):
+        mine.merge(theirs)
+    with pytest.raises(ValueError, match="do not merge"):
+        theirs.merge(mine)
+    after = mine.values.pack()
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))

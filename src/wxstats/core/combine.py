@@ -173,15 +173,16 @@ class Moments:
             self.nan_count[f] += np.asarray(nan_count, dtype=np.int64)
 
     def merge(self, other: Moments) -> None:
-        """Add ``other`` into ``self`` (exact, order-independent)."""
+        """Add ``other`` into ``self`` (exact, order-independent); refused, with
+        ``self`` unchanged, when one side is weighted and the other is not."""
+        if (other.weight is None) != (self.weight is None):
+            raise ValueError("weighted and unweighted moments do not merge")
         self.count += other.count
         self.sum1 = self.sum1 + other.sum1
         self.sum2 = self.sum2 + other.sum2
         np.minimum(self.minimum, other.minimum, out=self.minimum)
         np.maximum(self.maximum, other.maximum, out=self.maximum)
         self.nan_count += other.nan_count
-        if (other.weight is None) != (self.weight is None):
-            raise ValueError("weighted and unweighted moments do not merge")
         if other.weight is not None:
             self.weight = self.weight + other.weight
 
