@@ -110,6 +110,16 @@ def test_threads_do_not_change_bits(meps_small):
     assert one.state.diff[3].mean.tobytes() == three.state.diff[3].mean.tobytes()
 
 
+def test_library_compute_uses_the_commands_default_threads(meps_small):
+    """``wxstats.compute`` without ``threads`` runs like ``wxstats compute``
+    (the available CPUs, at most 8; it used one thread)."""
+    from wxstats.core.machine import available_cpus
+
+    stats = compute(meps_small)
+    assert stats.run["threads_per_rank"] == max(1, min(available_cpus(), 8))
+    assert compute(meps_small, threads=1).run["threads_per_rank"] == 1
+
+
 @pytest.mark.parametrize("n,world", [(10, 3), (2, 5), (7, 7), (11, 4), (0, 2)])
 def test_partition_covers_every_sample_once(n, world):
     seen = [i for r in range(world) for i in partition(n, r, world)]
