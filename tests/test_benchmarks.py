@@ -74,3 +74,33 @@ def test_benchmarks_run_prints_throughput_cold_and_memory(tmp_path):
     assert _seconds(text, "raw read, np.load(mmap)+float32 sum (the cold limit)") >= 0
     assert "steady state, all threads / raw read" in text
     assert re.search(r"--threads 1\s+[0-9]+ MiB", text), text
+
+
+def test_bench_kernel_prints_each_difference_setting(tmp_path):
+    text = _run(
+        "bench_kernel.py", *("--steps", "4", "--grid", "20", "30", "--repeat", "1"), cwd=tmp_path
+    )
+    assert re.search(r"float32 numpy sum [0-9.]+ ms", text), text
+    for lags in ("()", "(1,)", "(1, 2)"):
+        row = rf"difference steps {re.escape(lags)}: [0-9.]+ ms .*x the float32 sum"
+        assert re.search(row, text), text
+
+
+def test_ab_command_alternates_two_trees(tmp_path):
+    import numpy as np
+    import xarray as xr
+    from gridded_data import hourly
+
+    store = tmp_path / "tiny.zarr"
+    data = np.random.default_rng(0).random((12, 4, 5)).astype(np.float32)
+    xr.Dataset({"t": (("time", "y", "x"), data)}, coords={"time": hourly(12)}).to_zarr(store)
+    root = str(BENCHMARKS.parent)
+    text = _run(
+        "ab_command.py",
+        *(root, root + "/.", "--rounds", "1", "--"),  # the same tree under two names
+        *("compute", str(store), "--quiet", "--output", str(tmp_path / "o.nc"), "--overwrite"),
+        cwd=tmp_path,
+    )
+    rows = re.findall(r"wall best ([0-9.]+) s median ([0-9.]+) s  CPU median ([0-9.]+) s", text)
+    assert len(rows) == 2 and all(float(w) > 0 for w, _, _ in rows), text
+    assert (tmp_path / "o.nc").exists()
