@@ -255,3 +255,21 @@ def test_shared_chunks_never_wanted_again_are_dropped_beyond_the_limit():
         shared.take(f"c{i}", lambda: np.zeros(10))  # 80 bytes each
     assert sorted(shared._entries) == ["c7", "c8", "c9"]
     assert shared._bytes == 3 * 80
+
+
+def test_a_blocks_chunk_plan_is_made_once_for_its_read_ahead_and_its_read(tmp_path, monkeypatch):
+    ds, _ = gridded(n_time=40)
+    enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
+    ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
+    source = XarraySource(tmp_path / "g.zarr", XarrayOptions(diff_steps=(1,), block_bytes=1))
+    planned = []
+    real = ZarrChunkReader._plan
+
+    def recording(self, req):
+        planned.append((req.name, req.start, req.stop))
+        return real(self, req)
+
+    monkeypatch.setattr(ZarrChunkReader, "_plan", recording)
+    compute_source(source, threads=2)
+    assert len(source) == 14 and len(planned) >= 3 * 14
+    assert set(Counter(planned).values()) == {1}  # read-ahead and read share each plan

@@ -314,8 +314,10 @@ class AnemoiSource:
 
     def prefetch(self, index: int) -> None:
         """Announce the chunk objects of a coming block to the kernel (read-ahead)."""
-        block = self.blocks[index]
-        self._chunks.will_need([self._request(block.first, block.stop)])
+        block = self.blocks[index]  # the request read() makes: its chunk plan is kept for it
+        self._chunks.will_need(
+            [self._request(block.first, block.stop, shared_steps(self.blocks, index))]
+        )
 
     def inputs(self) -> list[str]:
         return [self.path]

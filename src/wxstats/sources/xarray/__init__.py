@@ -294,8 +294,9 @@ class XarraySource:
         disk or an object store works while the kernel computes."""
         if self._chunks is None:
             return
-        block = self.blocks[index]
-        reqs = [self._request(v, block.first, block.stop) for v in self.vars if v.has_time]
+        block, shared = self.blocks[index], shared_steps(self.blocks, index)
+        # the very requests read() makes: the reader keeps their chunk plans for it
+        reqs = [self._request(v, block.first, block.stop, shared) for v in self.vars if v.has_time]
         self._chunks.will_need(reqs)
 
     def __len__(self) -> int:
