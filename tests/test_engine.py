@@ -302,7 +302,10 @@ def test_ctrl_c_once_or_twice_ends_the_command_quietly(tmp_path, signals):
         proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=60)
     err = "".join(lines) + rest
-    assert proc.returncode == 130, err
+    # the second Ctrl-C may land after the interpreter has put the default handlers back
+    # (the last milliseconds of the process): then the signal itself ends it, which a
+    # shell reports as status 130 too, just as quietly
+    assert proc.returncode == 130 or (signals == 2 and proc.returncode == -signal.SIGINT), err
     assert "Traceback" not in err and "interrupted" in err
     assert not (tmp_path / "out" / "parameter_mean.pt").exists()
 
