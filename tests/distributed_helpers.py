@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -174,3 +175,11 @@ def processes_mentioning(text: str, within: float = 15.0) -> list[int]:
         if not pids or time.monotonic() > deadline:
             return pids
         time.sleep(0.2)
+
+
+def readme_sbatch_script() -> str:
+    """The README's multi-node ``sbatch`` script, as written (the Slurm tiers run it)."""
+    readme = (SRC.parent / "README.md").read_text()
+    match = re.search(r"<!-- sbatch-example[^>]*-->\s*```bash\n(.*?)```", readme, re.S)
+    assert match, "README.md lost its sbatch example"
+    return match.group(1)

@@ -52,6 +52,7 @@ from distributed_helpers import (
     compute_args,
     env,
     odd_dataset_with_single_run,
+    readme_sbatch_script,
     run,
     sample_path,
     world_size_of,
@@ -216,13 +217,6 @@ def wait_job(slurm: SlurmCluster, job_id: str, timeout: float) -> str:
             slurm.client(["scancel", job_id], timeout=30)
             pytest.fail(f"job {job_id} did not finish in time: {shown}\n{slurm.logs()}")
         time.sleep(0.3)
-
-
-def readme_sbatch_script() -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- sbatch-example[^>]*-->\s*```bash\n(.*?)```", readme, re.S)
-    assert match, "README.md lost its sbatch example"
-    return match.group(1)
 
 
 # -- across hosts: the same bytes ---------------------------------------------------------

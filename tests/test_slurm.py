@@ -23,6 +23,7 @@ from distributed_helpers import (
     compute_args,
     env,
     odd_dataset_with_single_run,
+    readme_sbatch_script,
     world_size_of,
 )
 
@@ -73,13 +74,6 @@ def test_srun_is_byte_identical(slurm, odd, tmp_path, n):
     assert_identical_outputs(reference, out)
 
 
-def _readme_sbatch_script() -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- sbatch-example[^>]*-->\s*```bash\n(.*?)```", readme, re.S)
-    assert match, "README.md lost its sbatch example"
-    return match.group(1)
-
-
 def _wait_for_job(job_id: str, environment: dict, deadline: float) -> str:
     """The job's final ``scontrol show job`` line (sbatch --wait polls slowly)."""
     while True:
@@ -104,7 +98,7 @@ def test_readme_sbatch_script(slurm, odd, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(config.parent, data, ignore=shutil.ignore_patterns("static"))
     script = tmp_path / "stats.sbatch"
-    script.write_text(_readme_sbatch_script())
+    script.write_text(readme_sbatch_script())
     assert shutil.which("wxstats", path=slurm.get("PATH")), "the wxstats command is not installed"
     environment = dict(slurm, DATASTORE=str(data / config.name))
     submit = subprocess.run(
