@@ -46,6 +46,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from bench_zarr import evict  # noqa: E402  (benchmarks/ is this script's folder)
+
 from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 
 GB = 1e9
@@ -122,16 +124,6 @@ def raw_read(files: list[Path]) -> float:
     for path in files:
         total += float(np.load(path, mmap_mode="r").sum(dtype=np.float32))
     return time.perf_counter() - started
-
-
-def evict(files: list[Path]) -> None:
-    """Drop the files from the page cache (cold reads)."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 RAW_CHILD = (

@@ -83,12 +83,11 @@ class StreamMoments:
 
     def merge(self, other: StreamMoments) -> None:
         """Add ``other`` into ``self``; refused, with ``self`` unchanged, when
-        they are not of one layout (other difference steps, weighting, or per
-        grid point sums on one side only: a sum left out would be a wrong mean)."""
+        they are not of one layout (other difference steps, or per grid point
+        sums on one side only: a sum left out would be a wrong mean; a weighting
+        on one side only is refused by the first :meth:`Moments.merge`)."""
         if (self.cells is None) != (other.cells is None) or set(other.diffs) != set(self.diffs):
             raise ValueError("moments of different layouts do not merge")
-        if (self.values.weight is None) != (other.values.weight is None):
-            raise ValueError("weighted and unweighted moments do not merge")
         self.values.merge(other.values)
         for k, moments in other.diffs.items():
             self.diffs[k].merge(moments)

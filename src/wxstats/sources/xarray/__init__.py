@@ -160,7 +160,7 @@ class XarraySource:
         except Exception as exc:  # zarr raises many kinds for what xarray opened
             raise InputError(f"{self.path}: cannot open with zarr: {first_line(exc)}") from None
 
-    def _request(self, v: Variable, r0: int, r1: int, shared=()) -> SlabRequest:
+    def _request(self, v: Variable, r0: int, r1: int, shared: tuple = ()) -> SlabRequest:
         dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
         order = tuple(dims.index(d) for d in (self.time_dim, *v.grid_dims, *v.feature_dims))
         return SlabRequest(v.name, r0, r1, order, self._missing_ok[v.name], shared)
