@@ -239,3 +239,47 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
     assert again.step_weight[:, 1:].tobytes() == fast.step_weight[:, 1:].tobytes()
     assert np.isclose(again.step_weight[2, 0], fast.step_weight[2, 0] - weights[5])
     assert again.count[0] == fast.count[0] - 1 and again.nan_count[0] == 1
+
+
+_DIGEST_SCRIPT = """
+import hashlib, numpy as np
+import wxstats.core.kernels as kernels
+from wxstats.core.combine import Reference
+kernels.SMALL_BLOCK_BYTES = {limit}
+rng = np.random.default_rng(1)
+a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))
+a = a.astype(np.float32)
+ref, dref = Reference.from_values(a[0]), Reference.from_values(a[1] - a[0].astype(np.float64))
+s = kernels.block_sums(kernels.Block(a, np.arange(5), (0, 6), {{1: (1, 6)}}),
+                       ref.shift, ref.scale, {{1: dref.shift}}, {{1: dref.scale}})
+parts = [s.step_sum1, s.step_sum2, s.minimum, s.maximum, s.diff_step_sum1[1],
+         s.diff_step_sum2[1], s.diff_minimum[1], s.diff_maximum[1]]
+print(hashlib.sha256(b"".join(p.tobytes() for p in parts)).hexdigest())
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_without_fma_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("numba-generic-cpu")
+
+
+def test_bits_do_not_depend_on_the_cpu(implementation, cpu_without_fma_cache):
+    """The compiled kernel built for a CPU without FMA or AVX (numba's ``generic``
+    x86-64 target: the fused multiply-add of the scaling becomes a correctly
+    rounded library call, the lanes SSE2 vectors) gives the same bits as this
+    process (compiled for this CPU, or the numpy twin)."""
+    import subprocess
+    import sys
+
+    def digest(limit: int, env: dict) -> str:
+        script = _DIGEST_SCRIPT.format(limit=limit)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    import os
+
+    here = dict(os.environ)
+    generic = here | {"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(cpu_without_fma_cache)}
+    limit = -1 if implementation == "numba" else 2**62
+    assert digest(-1, generic) == digest(limit, here)

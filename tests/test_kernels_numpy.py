@@ -56,3 +56,56 @@ def test_numpy_twin_is_the_compiled_kernel_bit_for_bit(
     monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", 2**62)
     twin = block_sums(block, *args)
     assert _all_bits(twin) == _all_bits(compiled)
+
+
+def _wide_float32(rng, shape) -> np.ndarray:
+    """float32 values over the whole exponent range: subnormals, 1e-30, 1e38."""
+    magnitude = np.exp2(rng.uniform(-149.0, 127.0, size=shape))
+    return (rng.choice([-1.0, 1.0], size=shape) * magnitude).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("spread", ["wide", "narrow", "tiny"])
+def test_fused_scaling_adds_the_bits_of_subtract_then_multiply(monkeypatch, seed, spread):
+    """For float32 input the compiled kernel computes ``(v - p) * q`` as one fused
+    multiply-add (kernels.fused_scaling_is_exact): the twin's subtract-then-multiply
+    bits, for references derived from the data as the combiner derives them, on
+    values and differences from subnormals to 1e38."""
+    from wxstats.core.combine import Reference
+
+    rng = np.random.default_rng(seed)
+    shape = (5, 700, 4)
+    if spread == "wide":
+        a = _wide_float32(rng, shape)
+    elif spread == "narrow":  # ERA5-like: large mean, small spread
+        a = rng.normal(101325.0, 50.0, size=shape).astype(np.float32)
+    else:  # values near the float32 subnormal range
+        a = (rng.normal(0.0, 1.0, size=shape) * 2.0**-140).astype(np.float32)
+    ref = Reference.from_values(a[0])
+    dref = Reference.from_values(a[1].astype(np.float64) - a[0])
+    lane_p = np.tile(ref.shift, 8)
+    assert kernels.fused_scaling_is_exact(lane_p, np.tile(1 / ref.scale, 8))
+    block = Block(a, np.arange(4), (0, 5), {1: (1, 5)})
+    args = (ref.shift, ref.scale, {1: dref.shift}, {1: dref.scale})
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", -1)
+    compiled = block_sums(block, *args)
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", 2**62)
+    assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)
+
+
+def test_references_outside_the_fused_range_are_summed_in_float64(monkeypatch):
+    """A reference the proof does not cover (a shift of 2**-500, a scale that is not
+    a power of two: the fma would round once where the twin rounds twice) is refused
+    by the check, and the compiled kernel then sums a float64 copy: the twin's bits."""
+    assert not kernels.fused_scaling_is_exact(np.array([2.0**-500]), np.array([1.0]))
+    assert not kernels.fused_scaling_is_exact(np.array([1.0]), np.array([1 / 3]))
+    assert not kernels.fused_scaling_is_exact(np.array([1.0]), np.array([2.0**300]))
+    assert kernels.fused_scaling_is_exact(np.array([0.0, -280.5]), np.array([1.0, 2.0**-7]))
+    rng = np.random.default_rng(9)
+    a = rng.normal(100.0, 3.0, size=(4, 600, 2)).astype(np.float32)
+    block = Block(a, np.arange(2), (0, 4), {1: (1, 4)})
+    args = (np.full(2, 99.3), np.full(2, 3.0), {1: np.full(2, 0.1)}, {1: np.full(2, 5.0)})
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", -1)
+    compiled = block_sums(block, *args)
+    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", 2**62)
+    assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)

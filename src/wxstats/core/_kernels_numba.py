@@ -16,6 +16,7 @@ from wxstats.core._lanes_numba import (
     diffs_checked_w,
     diffs_fast,
     diffs_fast_w,
+    extreme_lanes,
     values_checked,
     values_checked_w,
     values_fast,
@@ -39,6 +40,15 @@ def fold(lane_sum, n_c, out):
 
 
 @njit(**_OPTS)
+def fold_extremes(lmn, lmx, n_c, mn, mx):
+    # lanes -> channels (lane j is channel j % n_c), row by row: no division per lane
+    for r in range(0, lmn.shape[0], n_c):
+        for c in range(n_c):
+            mn[c] = lmn[r + c] if lmn[r + c] < mn[c] else mn[c]
+            mx[c] = lmx[r + c] if lmx[r + c] > mx[c] else mx[c]
+
+
+@njit(**_OPTS)
 def _reset(l1, l2, lmn, lmx):
     l1[:] = 0.0
     l2[:] = 0.0
@@ -47,7 +57,8 @@ def _reset(l1, l2, lmn, lmx):
 
 
 @njit(**_OPTS)
-def _chunk_values(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt, lnan, linf, checked):
+def _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+                  checked):  # fmt: skip
     # one chunk of one time step, weighted when wl is not empty; lanes zeroed here
     _reset(l1, l2, lmn, lmx)
     l0[:] = 0.0
@@ -56,39 +67,41 @@ def _chunk_values(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt, lna
         lnan[:] = 0
         linf[:] = 0
         if wl.shape[0] > 0:
-            values_checked_w(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt, lnan, linf)
+            values_checked_w(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                             linf)  # fmt: skip
         else:
-            values_checked(x, base, n, lanes, sh, iv, l1, l2, lmn, lmx, lcnt, lnan, linf)
+            values_checked(x, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx, lcnt, lnan, linf)
     elif wl.shape[0] > 0:
-        values_fast_w(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx)
+        values_fast_w(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx)
     else:
-        values_fast(x, base, n, lanes, sh, iv, l1, l2, lmn, lmx)
+        values_fast(x, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx)
 
 
 @njit(**_OPTS)
-def _chunk_diffs(x, xk, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt, checked):
+def _chunk_diffs(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, checked):
     _reset(l1, l2, lmn, lmx)
     l0[:] = 0.0
     if checked:
         lcnt[:] = 0
         if wl.shape[0] > 0:
-            diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt)
+            diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt)
         else:
-            diffs_checked(x, xk, base, n, lanes, sh, iv, l1, l2, lmn, lmx, lcnt)
+            diffs_checked(x, xk, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx, lcnt)
     elif wl.shape[0] > 0:
-        diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx)
+        diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx)
     else:
-        diffs_fast(x, xk, base, n, lanes, sh, iv, l1, l2, lmn, lmx)
+        diffs_fast(x, xk, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx)
 
 
 @njit(**_OPTS)
 def kernel(
-    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w,
+    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, pq, dsh, div, dpq, w,
     count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
 ):  # fmt: skip
     # per-step sums out: tv0/tv1/tv2 (n_t, n_c), td0/td1/td2 (n_s, n_t, n_c), zeroed by the
     # caller (tv0/td0: the weights summed, only when w, the weight per grid point, is not
-    # empty); extremes of the differences out: dmn/dmx (n_s, n_c), +inf/-inf from the caller
+    # empty); extremes of the differences out: dmn/dmx (n_s, n_c), +inf/-inf from the caller;
+    # pq, dpq: -shift/scale per lane (see _lanes_numba.scaled)
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
@@ -99,6 +112,8 @@ def kernel(
     l2 = np.empty(lanes)
     lmn = np.empty(lanes)
     lmx = np.empty(lanes)
+    vmn = extreme_lanes(a, lanes)
+    vmx = extreme_lanes(a, lanes)
     lcnt = np.empty(lanes, dtype=np.int64)
     lnan = np.empty(lanes, dtype=np.int64)
     linf = np.empty(lanes, dtype=np.int64)
@@ -117,15 +132,15 @@ def kernel(
         for t in range(n_t):
             x = a[t]
             if t0 <= t < t1:
-                _chunk_values(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                              linf, False)  # fmt: skip
+                _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn, vmx, lcnt,
+                              lnan, linf, False)  # fmt: skip
                 ok = fold(l1, n_c, c1)
                 ok = fold(l2, n_c, c2) and ok
                 if ok:
                     for c in range(n_c):
                         count[c] += n_here
                 else:
-                    _chunk_values(x, wl, base, n, lanes, sh, iv, l0, l1, l2, lmn, lmx, lcnt,
+                    _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn, vmx, lcnt,
                                   lnan, linf, True)  # fmt: skip
                     fold(l1, n_c, c1)
                     fold(l2, n_c, c2)
@@ -141,24 +156,21 @@ def kernel(
                 for c in range(n_c):
                     tv1[t, c] += c1[c]
                     tv2[t, c] += c2[c]
-                for j in range(lanes):
-                    c = j % n_c
-                    mn[c] = lmn[j] if lmn[j] < mn[c] else mn[c]
-                    mx[c] = lmx[j] if lmx[j] > mx[c] else mx[c]
+                fold_extremes(vmn, vmx, n_c, mn, mx)
             for s in range(n_s):
                 if t < d0[s] or t >= d1[s]:
                     continue
                 xk = a[t - lags[s]]
-                _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], l0, l1, l2, lmn, lmx,
-                             lcnt, False)  # fmt: skip
+                _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], dpq[s], l0, l1, l2, lmn,
+                             lmx, lcnt, False)  # fmt: skip
                 ok = fold(l1, n_c, c1)
                 ok = fold(l2, n_c, c2) and ok
                 if ok:
                     for c in range(n_c):
                         dcount[s, c] += n_here
                 else:
-                    _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], l0, l1, l2, lmn,
-                                 lmx, lcnt, True)  # fmt: skip
+                    _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], dpq[s], l0, l1, l2,
+                                 lmn, lmx, lcnt, True)  # fmt: skip
                     fold(l1, n_c, c1)
                     fold(l2, n_c, c2)
                     for j in range(lanes):
@@ -170,7 +182,4 @@ def kernel(
                 for c in range(n_c):
                     td1[s, t, c] += c1[c]
                     td2[s, t, c] += c2[c]
-                for j in range(lanes):
-                    c = j % n_c
-                    dmn[s, c] = lmn[j] if lmn[j] < dmn[s, c] else dmn[s, c]
-                    dmx[s, c] = lmx[j] if lmx[j] > dmx[s, c] else dmx[s, c]
+                fold_extremes(lmn, lmx, n_c, dmn[s], dmx[s])

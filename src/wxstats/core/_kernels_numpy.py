@@ -67,10 +67,12 @@ def _per_channel(counts: np.ndarray, n_c: int) -> np.ndarray:
 
 
 def kernel(
-    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w,
+    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, pq, dsh, div, dpq, w,
     count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
 ):  # fmt: skip
-    """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring)."""
+    """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring);
+    ``pq``/``dpq`` (the compiled kernel's fused form of the scaling) are not needed:
+    ``(v - p) * q`` here gives the same bits."""
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c

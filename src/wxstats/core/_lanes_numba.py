@@ -10,15 +10,66 @@ walks the chunks and steps, so that each module stays readable.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
 
 _OPTS = {"nogil": True, "cache": True, "error_model": "numpy"}
 
 
+@intrinsic
+def _fused_multiply_add(typingctx, a, b, c):
+    """``a * b + c`` rounded once (LLVM's ``fma``: the instruction where the CPU
+    has it, a correctly rounded library call where it has not)."""
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        double = ir.DoubleType()
+        fma = builder.module.declare_intrinsic(
+            "llvm.fma", [double], ir.FunctionType(double, [double, double, double])
+        )
+        return builder.call(fma, args)
+
+    return sig, codegen
+
+
+def scaled(raw, v, p, q, pq):
+    """``y = (v - p) * q``: the shifted, scaled value (or difference) the sums take;
+    ``raw`` is an element of the input, whose type picks the formula."""
+    return (v - p) * q
+
+
+@overload(scaled, inline="always")
+def _scaled(raw, v, p, q, pq):
+    # An input of at most 32 bits (float32 and narrower, integers to 32 bits) makes
+    # v * q exact, and kernels.block_sums checks that p * q is (pq = -p * q), so one
+    # fused multiply-add gives the very bits of (v - p) * q with one operation less
+    # (see the proof at kernels.fused_scaling_is_exact); wider inputs keep the two.
+    if isinstance(raw, (types.Float, types.Integer)) and raw.bitwidth <= 32:
+        return lambda raw, v, p, q, pq: _fused_multiply_add(v, q, pq)
+    return lambda raw, v, p, q, pq: (v - p) * q
+
+
+def extreme_lanes(a, lanes):
+    """Lanes for the extremes of the values of ``a``: in its own dtype when that is
+    float32 (compared there, half the vector width of float64; widening is exact
+    and keeps the order), float64 otherwise."""
+    return np.empty(lanes)
+
+
+@overload(extreme_lanes)
+def _extreme_lanes(a, lanes):
+    if a.dtype == types.float32:
+        return lambda a, lanes: np.empty(lanes, dtype=np.float32)
+    return lambda a, lanes: np.empty(lanes, dtype=np.float64)
+
+
 # Row views (x[o:o+L]) keep indices provably non-negative, which lets
 # LLVM vectorize the lane loops (no negative-index wraparound code).
+# sh, iv, pq: per lane p, q = 1/scale and -p*q (see ``scaled``); the extremes of the
+# values are compared in the input's own type (``extreme_lanes``).
 @njit(**_OPTS)
-def values_fast(x, base, n, lanes, sh, iv, s1, s2, mn, mx):
+def values_fast(x, base, n, lanes, sh, iv, pq, s1, s2, mn, mx):
     nrow = n // lanes
     r = 0
     while r + 4 <= nrow:
@@ -28,74 +79,76 @@ def values_fast(x, base, n, lanes, sh, iv, s1, s2, mn, mx):
         x2 = x[o + 2 * lanes : o + 3 * lanes]
         x3 = x[o + 3 * lanes : o + 4 * lanes]
         for j in range(lanes):
-            v0 = np.float64(x0[j])
-            v1 = np.float64(x1[j])
-            v2 = np.float64(x2[j])
-            v3 = np.float64(x3[j])
+            a0 = x0[j]
+            a1 = x1[j]
+            a2 = x2[j]
+            a3 = x3[j]
             p = sh[j]
             q = iv[j]
-            y0 = (v0 - p) * q
-            y1 = (v1 - p) * q
-            y2 = (v2 - p) * q
-            y3 = (v3 - p) * q
+            c = pq[j]
+            y0 = scaled(a0, np.float64(a0), p, q, c)
+            y1 = scaled(a1, np.float64(a1), p, q, c)
+            y2 = scaled(a2, np.float64(a2), p, q, c)
+            y3 = scaled(a3, np.float64(a3), p, q, c)
             s1[j] = (((s1[j] + y0) + y1) + y2) + y3
             s2[j] = (((s2[j] + y0 * y0) + y1 * y1) + y2 * y2) + y3 * y3
             m = mn[j]
-            m = v0 if v0 < m else m
-            m = v1 if v1 < m else m
-            m = v2 if v2 < m else m
-            m = v3 if v3 < m else m
+            m = a0 if a0 < m else m
+            m = a1 if a1 < m else m
+            m = a2 if a2 < m else m
+            m = a3 if a3 < m else m
             mn[j] = m
             m = mx[j]
-            m = v0 if v0 > m else m
-            m = v1 if v1 > m else m
-            m = v2 if v2 > m else m
-            m = v3 if v3 > m else m
+            m = a0 if a0 > m else m
+            m = a1 if a1 > m else m
+            m = a2 if a2 > m else m
+            m = a3 if a3 > m else m
             mx[j] = m
         r += 4
     while r < nrow:
         o = base + r * lanes
         x0 = x[o : o + lanes]
         for j in range(lanes):
-            v0 = np.float64(x0[j])
-            y0 = (v0 - sh[j]) * iv[j]
+            a0 = x0[j]
+            y0 = scaled(a0, np.float64(a0), sh[j], iv[j], pq[j])
             s1[j] += y0
             s2[j] += y0 * y0
-            mn[j] = v0 if v0 < mn[j] else mn[j]
-            mx[j] = v0 if v0 > mx[j] else mx[j]
+            mn[j] = a0 if a0 < mn[j] else mn[j]
+            mx[j] = a0 if a0 > mx[j] else mx[j]
         r += 1
     o = base + nrow * lanes
     x0 = x[o : base + n]
     for j in range(x0.shape[0]):
-        v0 = np.float64(x0[j])
-        y0 = (v0 - sh[j]) * iv[j]
+        a0 = x0[j]
+        y0 = scaled(a0, np.float64(a0), sh[j], iv[j], pq[j])
         s1[j] += y0
         s2[j] += y0 * y0
-        mn[j] = v0 if v0 < mn[j] else mn[j]
-        mx[j] = v0 if v0 > mx[j] else mx[j]
+        mn[j] = a0 if a0 < mn[j] else mn[j]
+        mx[j] = a0 if a0 > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
-def values_checked(x, base, n, lanes, sh, iv, s1, s2, mn, mx, cnt, nans, infs):
+def values_checked(x, base, n, lanes, sh, iv, pq, s1, s2, mn, mx, cnt, nans, infs):
     # the same sums in the same order as values_fast, skipping NaN/Inf
     for i in range(n):
         j = i % lanes
-        v = np.float64(x[base + i])
+        a = x[base + i]
+        v = np.float64(a)
         if np.isnan(v):
             nans[j] += 1
         elif np.isinf(v):
             infs[j] += 1
         else:
-            y = (v - sh[j]) * iv[j]
+            y = scaled(a, v, sh[j], iv[j], pq[j])
             s1[j] += y
             s2[j] += y * y
             cnt[j] += 1
-            mn[j] = v if v < mn[j] else mn[j]
-            mx[j] = v if v > mx[j] else mx[j]
+            mn[j] = a if a < mn[j] else mn[j]
+            mx[j] = a if a > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
-def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
+def diffs_fast(x, xk, base, n, lanes, sh, iv, pq, s1, s2, mn, mx):
     nrow = n // lanes
     r = 0
     while r + 4 <= nrow:
@@ -111,14 +164,16 @@ def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
         for j in range(lanes):
             p = sh[j]
             q = iv[j]
-            d0 = np.float64(x0[j]) - np.float64(k0[j])
+            c = pq[j]
+            a0 = x0[j]
+            d0 = np.float64(a0) - np.float64(k0[j])
             d1 = np.float64(x1[j]) - np.float64(k1[j])
             d2 = np.float64(x2[j]) - np.float64(k2[j])
             d3 = np.float64(x3[j]) - np.float64(k3[j])
-            y0 = (d0 - p) * q
-            y1 = (d1 - p) * q
-            y2 = (d2 - p) * q
-            y3 = (d3 - p) * q
+            y0 = scaled(a0, d0, p, q, c)
+            y1 = scaled(a0, d1, p, q, c)
+            y2 = scaled(a0, d2, p, q, c)
+            y3 = scaled(a0, d3, p, q, c)
             s1[j] = (((s1[j] + y0) + y1) + y2) + y3
             s2[j] = (((s2[j] + y0 * y0) + y1 * y1) + y2 * y2) + y3 * y3
             m = mn[j]
@@ -140,7 +195,7 @@ def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
         k0 = xk[o : o + lanes]
         for j in range(lanes):
             d0 = np.float64(x0[j]) - np.float64(k0[j])
-            y0 = (d0 - sh[j]) * iv[j]
+            y0 = scaled(x0[j], d0, sh[j], iv[j], pq[j])
             s1[j] += y0
             s2[j] += y0 * y0
             mn[j] = d0 if d0 < mn[j] else mn[j]
@@ -151,7 +206,7 @@ def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
     k0 = xk[o : base + n]
     for j in range(x0.shape[0]):
         d0 = np.float64(x0[j]) - np.float64(k0[j])
-        y0 = (d0 - sh[j]) * iv[j]
+        y0 = scaled(x0[j], d0, sh[j], iv[j], pq[j])
         s1[j] += y0
         s2[j] += y0 * y0
         mn[j] = d0 if d0 < mn[j] else mn[j]
@@ -159,12 +214,12 @@ def diffs_fast(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx):
 
 
 @njit(**_OPTS)
-def diffs_checked(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx, cnt):
+def diffs_checked(x, xk, base, n, lanes, sh, iv, pq, s1, s2, mn, mx, cnt):
     for i in range(n):
         j = i % lanes
         d = np.float64(x[base + i]) - np.float64(xk[base + i])
         if np.isfinite(d):
-            y = (d - sh[j]) * iv[j]
+            y = scaled(x[base + i], d, sh[j], iv[j], pq[j])
             s1[j] += y
             s2[j] += y * y
             cnt[j] += 1
@@ -177,46 +232,47 @@ def diffs_checked(x, xk, base, n, lanes, sh, iv, s1, s2, mn, mx, cnt):
 # of lanes at a time, the same sums in the same order in the fast and checked versions:
 # s0 += w, s1 += w*y, s2 += (w*y)*y.
 @njit(**_OPTS)
-def values_fast_w(x, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx):
+def values_fast_w(x, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx):
     for i0 in range(0, n, lanes):
         width = min(lanes, n - i0)
         xr = x[base + i0 : base + i0 + width]
         wr = wl[i0 : i0 + width]
         for j in range(width):
-            v = np.float64(xr[j])
+            a = xr[j]
             w = wr[j]
-            y = (v - sh[j]) * iv[j]
+            y = scaled(a, np.float64(a), sh[j], iv[j], pq[j])
             z = w * y
             s0[j] += w
             s1[j] += z
             s2[j] += z * y
-            mn[j] = v if v < mn[j] else mn[j]
-            mx[j] = v if v > mx[j] else mx[j]
+            mn[j] = a if a < mn[j] else mn[j]
+            mx[j] = a if a > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
-def values_checked_w(x, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx, cnt, nans, infs):
+def values_checked_w(x, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs):
     for i in range(n):
         j = i % lanes
-        v = np.float64(x[base + i])
+        a = x[base + i]
+        v = np.float64(a)
         if np.isnan(v):
             nans[j] += 1
         elif np.isinf(v):
             infs[j] += 1
         else:
             w = wl[i]
-            y = (v - sh[j]) * iv[j]
+            y = scaled(a, v, sh[j], iv[j], pq[j])
             z = w * y
             s0[j] += w
             s1[j] += z
             s2[j] += z * y
             cnt[j] += 1
-            mn[j] = v if v < mn[j] else mn[j]
-            mx[j] = v if v > mx[j] else mx[j]
+            mn[j] = a if a < mn[j] else mn[j]
+            mx[j] = a if a > mx[j] else mx[j]
 
 
 @njit(**_OPTS)
-def diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx):
+def diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx):
     for i0 in range(0, n, lanes):
         width = min(lanes, n - i0)
         xr = x[base + i0 : base + i0 + width]
@@ -225,7 +281,7 @@ def diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx):
         for j in range(width):
             d = np.float64(xr[j]) - np.float64(kr[j])
             w = wr[j]
-            y = (d - sh[j]) * iv[j]
+            y = scaled(xr[j], d, sh[j], iv[j], pq[j])
             z = w * y
             s0[j] += w
             s1[j] += z
@@ -235,13 +291,13 @@ def diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx):
 
 
 @njit(**_OPTS)
-def diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, s0, s1, s2, mn, mx, cnt):
+def diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt):
     for i in range(n):
         j = i % lanes
         d = np.float64(x[base + i]) - np.float64(xk[base + i])
         if np.isfinite(d):
             w = wl[i]
-            y = (d - sh[j]) * iv[j]
+            y = scaled(x[base + i], d, sh[j], iv[j], pq[j])
             z = w * y
             s0[j] += w
             s1[j] += z

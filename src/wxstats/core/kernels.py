@@ -26,6 +26,13 @@ step, and the combiner adds the rows of a sample in time order (or each row
 exactly on its own): rounding error grows with ``512/m + m + G/512 + T``, not
 with the number of values.
 
+The kernel is compute-bound (about ten float64 operations per value), so two
+operations are saved where that leaves the bits unchanged: for an input of at
+most 32 bits the shifted, scaled value ``(v - p) * q`` is one fused
+multiply-add ``fma(v, q, -p*q)`` (exact products; proof and the check at
+:func:`fused_scaling_is_exact`), and the extremes of the values are compared in
+float32 lanes (half the vector width; widening keeps order and value).
+
 NaN and Inf are handled without a branch per value: a chunk is first summed
 as if it were all finite; NaN/Inf (or an overflow) make its sums non-finite,
 and only then is the chunk summed again with per-value checks that count and
@@ -155,6 +162,29 @@ def _kernel(nbytes: int):
     return kernel
 
 
+def fused_scaling_is_exact(shift: np.ndarray, inverse_scale: np.ndarray) -> bool:
+    """Whether the compiled kernel may compute ``y = (v - p) * q`` as one fused
+    multiply-add ``fma(v, q, -p * q)`` for an input of at most 32 bits, with the
+    very same bits: true for every reference derived from such data.
+
+    Such a ``v`` (a value, or the float64 difference of two) is 0 or a multiple of
+    2**-149 with ``|v| <= 2**129``. When ``q`` is a power of two in
+    ``[2**-200, 2**200]`` and ``p`` is 0 or ``|p|`` in ``[2**-400, 2**200]``, the
+    products ``v * q`` and ``p * q`` are exact (normal range), so the fma rounds
+    ``q * (v - p)`` once; and ``v - p`` is 0 or a multiple of 2**-452 of at most
+    2**201, so it and ``q`` times it are normal and rounding commutes with the
+    power-of-two scaling: ``round(v - p) * q == round(q * (v - p))``.
+    """
+    p = np.abs(np.asarray(shift, dtype=np.float64))
+    q = np.asarray(inverse_scale, dtype=np.float64)
+    mantissa, exponent = np.frexp(q)
+    return bool(
+        np.all(mantissa == 0.5)
+        and np.all((exponent - 1 >= -200) & (exponent - 1 <= 200))
+        and np.all((p == 0) | ((p >= 2.0**-400) & (p <= 2.0**200)))
+    )
+
+
 def lanes_per_channel(n_channels: int) -> int:
     """Grid points per lane row: a power of two giving at least 64 lanes."""
     m = 1
@@ -213,6 +243,17 @@ def block_sums(
         v = np.asarray(values, dtype=np.float64).reshape(channels.shape[0])
         return np.tile(_per_channel(v, channels, n_c, fill), m)
 
+    sh = lane(shift, 0.0)
+    iv = lane(1.0 / np.asarray(scale, dtype=np.float64), 1.0)
+    dsh = np.array([lane(diff_shift[k], 0.0) for k in lags]).reshape(len(lags), lanes)
+    div = np.array(
+        [lane(1.0 / np.asarray(diff_scale[k], dtype=np.float64), 1.0) for k in lags]
+    ).reshape(len(lags), lanes)
+    if array.dtype.itemsize <= 4 and not (
+        fused_scaling_is_exact(sh, iv) and fused_scaling_is_exact(dsh, div)
+    ):
+        array = array.astype(np.float64)  # never for a reference from such data
+
     t0 = max(0, int(block.value_range[0]))
     t1 = min(n_t, int(block.value_range[1]))
     d0 = [max(int(block.diff_ranges[k][0]), k) for k in lags]
@@ -238,12 +279,12 @@ def block_sums(
         np.array(lags, dtype=np.int64),
         np.array(d0, dtype=np.int64),
         np.array(d1, dtype=np.int64),
-        lane(shift, 0.0),
-        lane(1.0 / np.asarray(scale, dtype=np.float64), 1.0),
-        np.array([lane(diff_shift[k], 0.0) for k in lags]).reshape(n_s, lanes),
-        np.array(
-            [lane(1.0 / np.asarray(diff_scale[k], dtype=np.float64), 1.0) for k in lags]
-        ).reshape(n_s, lanes),
+        sh,
+        iv,
+        -(sh * iv),
+        dsh,
+        div,
+        -(dsh * div),
         weights,
         counts["count"],
         tv0,
