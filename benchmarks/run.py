@@ -276,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = args.sizes or [args.size_gb, 2 * args.size_gb]
 
+    if args.dir is not None:
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wxstats-bench-", dir=args.dir))
     results: dict = {"cpus": cpus, "size_gb": args.size_gb}
     try:
