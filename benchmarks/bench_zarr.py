@@ -19,14 +19,15 @@ Then, warm (page cache full) and cold (every chunk file evicted with
 
 the same data as one netCDF file, uncompressed and as the Climate Data Store
 delivers ERA5 (zlib + shuffle, a step per chunk) (unless ``--no-netcdf``: the
-limit is netCDF4-python reading every variable in slabs of 8 steps and
-summing them; wxstats reads the file through xarray's backend, basic slices
-only); the same store uploaded to moto's S3 server on localhost (unless ``--no-s3``:
-the limit is every chunk object fetched with batched ``cat`` and
-decompressed; wxstats reads ``s3://``); and the start-up: ``wxstats compute``
-of a tiny store against ``python -c "import numpy, xarray"`` (whole process);
-the ranks: ``--nproc 2 --threads 1`` against ``--nproc 1 --threads 1``, each
-compute phase being the whole command minus the same on a tiny store.
+limit is netCDF4-python reading every variable in slabs of 8 steps and summing
+them, with the one core its lock allows; wxstats reads the file's chunks
+itself, with every core: ``sources/xarray/hdf5chunks.py``); the same store
+uploaded to moto's S3 server on localhost (unless ``--no-s3``: the limit is
+every chunk object fetched with batched ``cat`` and decompressed; wxstats reads
+``s3://``); and the start-up: ``wxstats compute`` of a tiny store against
+``python -c "import numpy, xarray"`` (whole process); the ranks: ``--nproc 2
+--threads 1`` against ``--nproc 1 --threads 1``, each compute phase being the
+whole command minus the same on a tiny store.
 
 The machine may be shared: the ratios are measured in one run, compare them,
 not the absolute times across runs.

@@ -19,12 +19,8 @@ from numcodecs import Blosc
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
 from wxstats.sources.xarray import XarrayOptions, XarraySource
-from wxstats.sources.xarray.chunks import (
-    SharedChunks,
-    SlabRequest,
-    ZarrChunkReader,
-    chunk_codec,
-)
+from wxstats.sources.xarray.chunks import SharedChunks, SlabRequest
+from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, chunk_codec
 
 
 def _dataset(n_time=23, shape=(3, 5, 7)):

@@ -35,9 +35,10 @@ from wxstats.core.stats import StreamSpec, flat_layout
 from wxstats.core.timespan import span_name, span_seconds
 from wxstats.sources.base import parse_period
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
-from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
+from wxstats.sources.xarray.chunks import SlabRequest
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
+from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
 
 KIND = "anemoi"
 STREAM = "data"

@@ -25,6 +25,7 @@ LIBRARIES = (
     "zarr",
     "numcodecs",
     "netCDF4",
+    "h5py",
     "pandas",
     "torch",
     "fsspec",

@@ -32,9 +32,10 @@ from wxstats.sources.xarray.blocks import (
     read_static,
     shared_steps,
 )
-from wxstats.sources.xarray.chunks import SlabRequest, ZarrChunkReader
+from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding
 from wxstats.sources.xarray.fingerprint import array_fingerprints
+from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
 from wxstats.sources.xarray.open import first_line, is_url, is_zarr, open_parts, output_stem
 from wxstats.sources.xarray.timeaxis import (
@@ -50,6 +51,7 @@ from wxstats.sources.xarray.timeaxis import (
     where_in,
 )
 from wxstats.sources.xarray.weights import grid_weights, weight_field, weights_digest
+from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
 
@@ -151,14 +153,24 @@ class XarraySource:
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
 
-    def _chunk_reader(self, storage: dict[str, Any]) -> ZarrChunkReader | None:
-        """Chunk-by-chunk reading for a zarr store (see :mod:`.chunks`)."""
-        if len(self.parts) != 1 or not is_zarr(self.path):
+    def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
+        """Chunk-by-chunk reading for a zarr store or one local netCDF4/HDF5 file
+        (see :mod:`.chunks`); other files (netCDF3, a glob of files) are read
+        through xarray's backend."""
+        if len(self.parts) != 1:
+            return None
+        if is_zarr(self.path):
+            try:
+                return ZarrChunkReader(self.path, storage, self.options.io_threads)
+            except Exception as exc:  # zarr raises many kinds for what xarray opened
+                msg = f"{self.path}: cannot open with zarr: {first_line(exc)}"
+                raise InputError(msg) from None
+        if is_url(self.path) or not is_hdf5(self.parts[0].path):
             return None
         try:
-            return ZarrChunkReader(self.path, storage, self.options.io_threads)
-        except Exception as exc:  # zarr raises many kinds for what xarray opened
-            raise InputError(f"{self.path}: cannot open with zarr: {first_line(exc)}") from None
+            return Hdf5ChunkReader(self.parts[0].path, self.options.io_threads)
+        except Exception:  # what netCDF4 opened and h5py cannot: xarray's (slower) reading
+            return None
 
     def _request(self, v: Variable, r0: int, r1: int, shared: tuple = ()) -> SlabRequest:
         dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
@@ -170,7 +182,7 @@ class XarraySource:
         """Whether a missing chunk of each variable reads as a missing value (NaN)."""
         out = {}
         for v in self.vars:
-            fill = self._chunks._array(v.name)[0].fill_value if self._chunks else None
+            fill = self._chunks.fill_value(v.name) if self._chunks else None
             dec = self._decodings[(0, v.name)]
             nan = fill is not None and np.asarray(fill).dtype.kind == "f" and np.isnan(fill)
             out[v.name] = bool(nan or (fill is not None and any(fill == f for f in dec.fills)))

@@ -1,52 +1,47 @@
-"""Reading zarr time slabs chunk by chunk, at the speed of the store.
+"""Reading time slabs chunk by chunk, at the speed of the storage.
 
-xarray's lazy indexing reads a slab through outer/vectorized indexing down to
-zarr's coordinate selection, at about a tenth of what the store delivers. Here
-zarr (or xarray) gives only the metadata; the chunk objects of a block are
-fetched as raw bytes (local files read in a thread pool, remote objects with
-one batched fsspec ``cat`` of every key, many requests in flight), decompressed
-by numcodecs in the pool (it releases the GIL), and each chunk is copied once,
+xarray's lazy indexing reads a slab through outer/vectorized indexing (down to
+zarr's coordinate selection), and netCDF4-python decompresses a file's chunks
+one at a time under its lock. Here the format gives only the metadata (where
+each chunk is, how it is compressed: :mod:`.zarrchunks`, :mod:`.hdf5chunks`);
+the chunks of a block are fetched as raw bytes, decompressed in a thread pool
+(zlib and numcodecs release the GIL), and each chunk is copied once,
 transposed, into its place in a ``(time, grid..., features...)`` slab: the
 layout the kernel takes. The values are the stored (raw) ones, exactly what
 ``xarray.open_dataset(mask_and_scale=False)`` gives; decoding stays in
 :mod:`.decode`.
 
-Arrays this module does not decode itself (sharding, filters, checksums,
-``F`` order, codecs other than zstd/blosc/gzip) are read with zarr's own basic
-slicing. A chunk object that is missing (deleted, or never written) is read as
-the array's fill value only if that value decodes to missing (NaN), so the
-kernel refuses it without ``--skipna`` and counts it in ``nan_count`` with it
-(with a warning naming the first missing key of the variable); any other
-missing chunk is an error naming its key, never a silent number.
+Arrays a format module does not decode itself are read with the format
+library's own basic slicing. A chunk that is missing (deleted, or never
+written) is read as the array's fill value only if that value decodes to
+missing (NaN), so the kernel refuses it without ``--skipna`` and counts it in
+``nan_count`` with it (with a warning naming the first missing chunk of the
+variable); any other missing chunk is an error naming it, never a silent number.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.machine import available_cpus
-from wxstats.sources.xarray.open import first_line, is_url
+from wxstats.sources.xarray.open import first_line
 
-REQUESTS_IN_FLIGHT = 64
-"""Connections to an object store: a block's chunk objects are requested at once."""
 BLOCKS_AHEAD = 2
 """Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
 PLANS_KEPT = 256
 """Chunk plans of requests kept between a block's read-ahead and its read."""
 SHARED_BYTES = 128 * 2**20
 """Decoded chunks kept for a neighbouring block that has not read them yet."""
-_COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
 @dataclass(frozen=True)
@@ -57,92 +52,30 @@ class ChunkCodec:
     dtype: np.dtype  # with the stored byte order
 
 
-def chunk_codec(arr: Any) -> ChunkCodec | None:
-    """The codec of a zarr array when it is one this module decodes, else None."""
-    import numcodecs
+@dataclass(frozen=True)
+class ChunkedArray:
+    """What the reader needs of one stored array, whatever the format."""
 
-    meta = arr.metadata
-    dtype = np.dtype(arr.dtype)
-    if dtype.kind not in "iuf":
-        return None
-    if meta.zarr_format == 2:
-        if meta.filters or meta.order != "C":
-            return None
-        return ChunkCodec(meta.compressor.decode if meta.compressor else None, dtype)
-    codecs = list(meta.codecs)
-    if not codecs or type(codecs[0]).__name__ != "BytesCodec" or len(codecs) > 2:
-        return None
-    endian = getattr(codecs[0].endian, "value", None)
-    if endian is not None and dtype.itemsize > 1:
-        dtype = dtype.newbyteorder("<" if endian == "little" else ">")
-    if len(codecs) == 1:
-        return ChunkCodec(None, dtype)
-    name = _COMPRESSORS.get(type(codecs[1]).__name__)
-    return ChunkCodec(getattr(numcodecs, name)().decode, dtype) if name else None
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype  # stored, with its byte order
+    fill_value: Any
+    codec: ChunkCodec | None  # None: read with read_plain
+    key: Callable[[tuple[int, ...]], str]  # chunk coordinates -> the store's key
+    read_plain: Callable[[tuple[slice, ...]], np.ndarray]  # the format library's slicing
 
 
-class ChunkStore:
-    """Where chunk objects come from: a local folder or an fsspec filesystem."""
-
-    def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
-        self.path = path.rstrip("/")
-        self.fs = None
-        if is_url(path):
-            from fsspec.core import url_to_fs
-
-            options = dict(storage_options)
-            if path.startswith(("s3://", "s3a://")):
-                # botocore's default pool (10 connections) would queue the batched requests
-                config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
-                options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
-            self.fs, root = url_to_fs(path, **options)
-            self.root = root.rstrip("/")
+class ChunkSource(Protocol):
+    """Where chunks come from, by key (``None``: the chunk does not exist)."""
 
     @property
-    def local(self) -> bool:
-        return self.fs is None
+    def local(self) -> bool: ...
 
-    def get(self, key: str) -> bytes | None:
-        """One local chunk object (``None``: it does not exist)."""
-        try:
-            with open(os.path.join(self.path, key), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+    def get(self, key: str) -> bytes | None: ...
 
-    def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
-        """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
-        urls = [f"{self.root}/{k}" for k in keys]
-        try:
-            found = self.fs.cat(urls, on_error="return")
-        except Exception as exc:  # the endpoint itself: unreachable, refused, no credentials
-            raise InputError(
-                f"{self.path}: cannot read objects {keys[0]}...: {first_line(exc)}"
-            ) from None
-        out: dict[str, bytes | None] = {}
-        for key, url in zip(keys, urls, strict=True):
-            value = found.get(url, FileNotFoundError(url))
-            if isinstance(value, FileNotFoundError):
-                out[key] = None
-            elif isinstance(value, BaseException):
-                raise InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
-            else:
-                out[key] = value
-        return out
+    def get_many(self, keys: list[str]) -> dict[str, bytes | None]: ...
 
-    def will_need(self, keys: list[str]) -> None:
-        """Ask the kernel to start reading local chunk files (read-ahead)."""
-        if not self.local or not hasattr(os, "posix_fadvise"):
-            return
-        for key in keys:
-            try:
-                fd = os.open(os.path.join(self.path, key), os.O_RDONLY)
-            except OSError:
-                continue  # reported when it is read
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+    def will_need(self, keys: list[str]) -> None: ...
 
 
 class SharedChunks:
@@ -212,22 +145,17 @@ class SlabRequest:
     shared: tuple[tuple[int, int], ...] = ()
 
 
-class ZarrChunkReader:
-    """Time slabs of the arrays of one zarr store (see module docstring)."""
+class ChunkReader:
+    """Time slabs of the arrays of one dataset (see module docstring); a format
+    module gives the chunk source and :meth:`_describe`."""
 
-    def __init__(self, path: str, storage_options: dict[str, Any], threads: int) -> None:
-        import zarr
-
+    def __init__(self, path: str, store: ChunkSource, threads: int) -> None:
         self.path = path
-        self.store = ChunkStore(path, storage_options)
-        opts = {"storage_options": storage_options} if is_url(path) else {}
-        self.group = zarr.open_group(path, mode="r", **opts)
+        self.store = store
         self.pool = ThreadPoolExecutor(
             max(1, threads or available_cpus()), thread_name_prefix="wxstats-chunks"
         )
-        self._arrays: dict[str, tuple[Any, ChunkCodec | None]] = {}
-        self._shapes: dict[str, tuple[int, ...]] = {}
-        self._chunk_shapes: dict[str, tuple[int, ...]] = {}
+        self._arrays: dict[str, ChunkedArray] = {}
         self._plans: dict[SlabRequest, list] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
@@ -235,13 +163,17 @@ class ZarrChunkReader:
         self._fetcher = ThreadPoolExecutor(BLOCKS_AHEAD, thread_name_prefix="wxstats-fetch")
         self._shared = SharedChunks(SHARED_BYTES)
 
-    def _array(self, name: str) -> tuple[Any, ChunkCodec | None]:
+    def _describe(self, name: str) -> ChunkedArray:
+        raise NotImplementedError
+
+    def _array(self, name: str) -> ChunkedArray:
         if name not in self._arrays:
-            arr = self.group[name]
-            # zarr computes these on every access: once here, not once per chunk
-            self._shapes[name], self._chunk_shapes[name] = tuple(arr.shape), tuple(arr.chunks)
-            self._arrays[name] = (arr, chunk_codec(arr))
+            self._arrays[name] = self._describe(name)
         return self._arrays[name]
+
+    def fill_value(self, name: str) -> Any:
+        """What a missing chunk of ``name`` would read as."""
+        return self._array(name).fill_value
 
     def _chunks(self, req: SlabRequest) -> list[tuple[str, tuple, tuple, bool]]:
         """(key, where in the slab, where in the chunk, whether a neighbouring block
@@ -255,13 +187,12 @@ class ZarrChunkReader:
         return plan
 
     def _plan(self, req: SlabRequest):
-        arr, _ = self._array(req.name)
-        shape, cs, t = self._shapes[req.name], self._chunk_shapes[req.name], req.order[0]
+        arr = self._array(req.name)
+        shape, cs, t = arr.shape, arr.chunks, req.order[0]
         ranges = [
             range(req.start // c, (req.stop - 1) // c + 1) if d == t else range(-(-n // c))
             for d, (n, c) in enumerate(zip(shape, cs, strict=True))
         ]
-        prefix = f"{arr.path}/" if arr.path else ""
         for coords in itertools.product(*ranges):
             dst, src = [], []
             for d, c in enumerate(coords):
@@ -274,15 +205,14 @@ class ZarrChunkReader:
                 else:
                     dst.append(slice(lo, hi))
                 src.append(slice(lo - c * cs[d], hi - c * cs[d]))
-            key = prefix + arr.metadata.encode_chunk_key(coords)
-            yield key, tuple(dst), tuple(src), shared
+            yield arr.key(coords), tuple(dst), tuple(src), shared
 
     def keys(self, req: SlabRequest) -> list[str]:
         return [key for key, *_ in self._chunks(req)]
 
     def _keys(self, reqs: list[SlabRequest]) -> tuple[str, ...]:
         """The chunk objects this module fetches for ``reqs`` (not zarr's own)."""
-        return tuple(k for r in reqs if self._array(r.name)[1] for k in self.keys(r))
+        return tuple(k for r in reqs if self._array(r.name).codec for k in self.keys(r))
 
     def will_need(self, reqs: list[SlabRequest]) -> None:
         """Read-ahead of a coming block: local files are announced to the kernel;
@@ -301,10 +231,11 @@ class ZarrChunkReader:
         """The raw slabs of ``reqs`` (one block), keyed by variable name."""
         out, tasks = {}, []
         for req in reqs:
-            arr, codec = self._array(req.name)
-            shape = list(self._shapes[req.name])
+            arr = self._array(req.name)
+            codec = arr.codec
+            shape = list(arr.shape)
             shape[req.order[0]] = req.stop - req.start
-            dtype = np.dtype(arr.dtype).newbyteorder("=")
+            dtype = arr.dtype.newbyteorder("=")
             slab = np.empty([shape[a] for a in req.order], dtype=dtype)
             out[req.name] = slab
             stored = slab.transpose(np.argsort(req.order))  # a view in stored axis order
@@ -325,12 +256,12 @@ class ZarrChunkReader:
         return out
 
     def _fill(self, fetched, req, key, stored, dst, src, shared) -> None:
-        arr, _ = self._array(req.name)
-        if key is None:  # zarr's own (basic) slicing
+        arr = self._array(req.name)
+        if key is None:  # the format library's own (basic) slicing
             try:
-                where_t = [slice(None)] * arr.ndim
+                where_t = [slice(None)] * len(arr.shape)
                 where_t[req.order[0]] = slice(req.start, req.stop)
-                stored[...] = arr[tuple(where_t)]
+                stored[...] = arr.read_plain(tuple(where_t))
             except Exception as exc:  # storage errors of any backend
                 where = f"{self.path}: variable {req.name}"
                 raise InputError(f"{where}: cannot read: {first_line(exc)}") from None
@@ -346,23 +277,28 @@ class ZarrChunkReader:
 
     def _decoded(self, fetched, req: SlabRequest, key: str) -> np.ndarray | None:
         """The values of chunk object ``key`` (``None``: missing, read as the fill value)."""
-        arr, codec = self._array(req.name)
+        arr = self._array(req.name)
+        codec = arr.codec
         where = f"{self.path}: variable {req.name}"
         try:
             data = fetched[key] if fetched is not None else self.store.get(key)
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
+        except ValueError as exc:  # a format's own filters, undone while reading, failed
+            raise InputError(
+                f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
+            ) from None
         if data is None:
             if not req.missing_ok:
                 raise InputError(
-                    f"{where}: chunk object {key} is missing from the store (zarr would "
-                    f"read it as the fill value {arr.fill_value!r}: silently wrong numbers)"
+                    f"{where}: chunk object {key} is missing from the store (it would read "
+                    f"as the fill value {arr.fill_value!r}: silently wrong numbers)"
                 )
             self._warn_missing(req.name, key)
             return None
         try:
             raw = codec.decompress(data) if codec.decompress else data
-            return np.frombuffer(raw, dtype=codec.dtype).reshape(self._chunk_shapes[req.name])
+            return np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
         except Exception as exc:  # corrupt or truncated objects
             msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             raise InputError(msg) from None

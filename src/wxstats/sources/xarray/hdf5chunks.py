@@ -1,0 +1,183 @@
+"""netCDF4/HDF5 files for the chunk reader (:mod:`.chunks`): where each chunk is
+in the file and how it is filtered, from h5py's chunk index.
+
+netCDF4-python (xarray's backend) decompresses a file's chunks one at a time,
+in HDF5, under a lock: a zlib-compressed ERA5 file from the Climate Data Store
+reads on one core however many there are. Here the chunk index gives each
+chunk's byte range; the chunks are read with ``os.pread`` and inflated (zlib
+releases the GIL) and unshuffled in the reader's thread pool, HDF5's own
+format: deflate (filter 1) and shuffle (filter 2), in pipeline order, each
+skipped for a chunk whose filter mask says it was not applied.
+
+A contiguous, unfiltered variable is memory-mapped at its offset in the file
+(a plain copy of the page cache, no lock). Any other filter (fletcher32
+checksums, szip, plugins such as zstd or blosc) or storage is read with h5py's
+own slicing. A chunk never written reads as the variable's fill value, as
+HDF5 reads it, under the reader's rule for missing chunks.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from typing import Any
+
+import numpy as np
+
+from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
+
+_DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
+_DECODED_FILTERS = {_DEFLATE, _SHUFFLE}
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def is_hdf5(path: str) -> bool:
+    """Whether ``path`` is an HDF5 file (netCDF4 is one): its signature at byte 0
+    or at a user block of 512, 1024, 2048... bytes."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            offset = 0
+            while offset + len(_SIGNATURE) <= size:
+                f.seek(offset)
+                if f.read(len(_SIGNATURE)) == _SIGNATURE:
+                    return True
+                offset = 512 if offset == 0 else offset * 2
+    except OSError:
+        return False
+    return False
+
+
+def unshuffle(data: bytes, itemsize: int) -> bytes | np.ndarray:
+    """HDF5's shuffle filter undone: the bytes of each element were stored
+    grouped by position (all first bytes, then all second bytes...); a tail
+    shorter than an element was stored as it is. One plane at a time into a
+    column of the elements (5x numpy's transposing copy of the whole)."""
+    n = len(data) // itemsize
+    if itemsize <= 1 or n == 0:
+        return data
+    stored = np.frombuffer(data, dtype=np.uint8)
+    planes = stored[: n * itemsize].reshape(itemsize, n)
+    out = np.empty(len(data), dtype=np.uint8)
+    elements = out[: n * itemsize].reshape(n, itemsize)
+    for i in range(itemsize):
+        elements[:, i] = planes[i]
+    out[n * itemsize :] = stored[n * itemsize :]
+    return out
+
+
+class Hdf5ChunkStore:
+    """The chunks of a file's datasets by key (``name/i.j.k``), read with
+    ``os.pread`` and unfiltered in the calling (pool) thread."""
+
+    local = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY)
+        # key -> (offset, size, filter mask, the dataset's filter pipeline)
+        self.index: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
+
+    def add(self, name: str, dataset: Any, pipeline: tuple[tuple[int, int], ...]) -> None:
+        """Index every written chunk of ``dataset`` (h5py's chunk iterator)."""
+        chunks = dataset.chunks
+
+        def record(info) -> None:
+            coords = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
+            key = f"{name}/" + ".".join(map(str, coords))
+            self.index[key] = (info.byte_offset, info.size, info.filter_mask, pipeline)
+
+        dataset.id.chunk_iter(record)
+
+    def get(self, key: str) -> bytes | np.ndarray | None:
+        entry = self.index.get(key)
+        if entry is None:
+            return None  # never written: HDF5 reads the fill value
+        offset, size, mask, pipeline = entry
+        data = os.pread(self.fd, size, offset)
+        if len(data) != size:
+            raise OSError(f"the file ends inside chunk {key} (truncated?)")
+        for position in range(len(pipeline) - 1, -1, -1):  # undone last filter first
+            if mask & (1 << position):
+                continue  # this filter was not applied to this chunk
+            code, itemsize = pipeline[position]
+            try:
+                data = zlib.decompress(data) if code == _DEFLATE else unshuffle(data, itemsize)
+            except zlib.error as exc:
+                raise ValueError(str(exc)) from None
+        return data
+
+    def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]:
+        return {key: self.get(key) for key in keys}
+
+    def will_need(self, keys: list[str]) -> None:
+        """Ask the kernel to start reading these chunks (read-ahead)."""
+        if not hasattr(os, "posix_fadvise"):
+            return
+        for key in keys:
+            entry = self.index.get(key)
+            if entry is not None:
+                os.posix_fadvise(self.fd, entry[0], entry[1], os.POSIX_FADV_WILLNEED)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _pipeline(dataset: Any) -> tuple[tuple[int, int], ...] | None:
+    """(filter id, element size) of each filter, in the order they were applied;
+    ``None`` when one is not decoded here."""
+    plist = dataset.id.get_create_plist()
+    out = []
+    for i in range(plist.get_nfilters()):
+        code, _flags, values, _name = plist.get_filter(i)
+        if code not in _DECODED_FILTERS:
+            return None
+        out.append((code, int(values[0]) if code == _SHUFFLE and values else 1))
+    return tuple(out)
+
+
+class Hdf5ChunkReader(ChunkReader):
+    """Time slabs of the variables of one netCDF4/HDF5 file (see module docstring)."""
+
+    def __init__(self, path: str, threads: int) -> None:
+        import h5py
+
+        self.file = h5py.File(path, "r")  # where it cannot: the source reads via xarray
+        try:
+            store = Hdf5ChunkStore(path)
+        except OSError:
+            self.file.close()
+            raise
+        super().__init__(path, store, threads)
+        self.store: Hdf5ChunkStore = store
+
+    def _describe(self, name: str) -> ChunkedArray:
+        dataset = self.file[name]
+        dtype = np.dtype(dataset.dtype)
+        shape = tuple(dataset.shape)
+        codec, chunks, read_plain = None, shape, dataset.__getitem__
+        pipeline = _pipeline(dataset) if dtype.kind in "iuf" else None
+        if dataset.chunks is not None and pipeline is not None:
+            self.store.add(name, dataset, pipeline)
+            codec, chunks = ChunkCodec(None, dtype), tuple(dataset.chunks)
+        elif dataset.chunks is None and pipeline == () and dtype.kind in "iuf":
+            offset = dataset.id.get_offset()  # None: never written
+            if offset is not None and 0 not in shape:
+                mapped = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape)
+                read_plain = mapped.__getitem__
+        return ChunkedArray(
+            shape=shape,
+            chunks=chunks,
+            dtype=dtype,
+            fill_value=dataset.fillvalue,
+            codec=codec,
+            key=lambda coords: f"{name}/" + ".".join(map(str, coords)),
+            read_plain=read_plain,
+        )
+
+    def close(self) -> None:
+        super().close()
+        self.file.close()
+        self.store.close()
