@@ -240,3 +240,39 @@ def test_a_file_h5py_cannot_open_is_read_through_xarray(tmp_path, monkeypatch):
     got = compute_source(source, threads=2).streams["a__train"]
     np.testing.assert_array_equal(got.mean, want.streams["a__train"].mean)
     np.testing.assert_array_equal(got.std, want.streams["a__train"].std)
+
+
+def test_zlibs_inflate_where_isal_is_missing_reads_the_same(tmp_path, monkeypatch):
+    """ISA-L inflates where its wheels exist (pyproject.toml), zlib elsewhere: the
+    same values either way, and a corrupt chunk is refused by both."""
+    import zlib
+
+    import wxstats.sources.xarray.hdf5chunks as hdf5chunks
+
+    pytest.importorskip("isal")  # installed with wxstats on this machine
+    assert hdf5chunks.inflate is not zlib.decompress
+    path = _write(tmp_path / "z.nc", "zlib+shuffle")
+    with h5py.File(path, "r") as f:
+        want = f["a"][:].transpose(0, 2, 3, 1)
+    isal_inflate = hdf5chunks.inflate
+    for inflate in (isal_inflate, zlib.decompress):
+        monkeypatch.setattr(hdf5chunks, "inflate", inflate)
+        reader = Hdf5ChunkReader(str(path), threads=2)
+        try:
+            got = reader.read([SlabRequest("a", 0, 23, (0, 2, 3, 1), False)])["a"]
+        finally:
+            reader.close()
+        np.testing.assert_array_equal(got, want)
+    with h5py.File(path, "r") as f:
+        info = f["a"].id.get_chunk_info_by_coord((4, 0, 0, 0))
+    with open(path, "r+b") as f:
+        f.seek(info.byte_offset)
+        f.write(b"\0" * info.size)
+    for inflate in (isal_inflate, zlib.decompress):
+        monkeypatch.setattr(hdf5chunks, "inflate", inflate)
+        reader = Hdf5ChunkReader(str(path), threads=2)
+        try:
+            with pytest.raises(InputError, match=r"chunk object a/1\.0\.0\.0: cannot decode"):
+                reader.read([SlabRequest("a", 0, 23, (0, 2, 3, 1), False)])
+        finally:
+            reader.close()

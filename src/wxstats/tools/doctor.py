@@ -26,6 +26,7 @@ LIBRARIES = (
     "numcodecs",
     "netCDF4",
     "h5py",
+    "isal",
     "pandas",
     "torch",
     "fsspec",

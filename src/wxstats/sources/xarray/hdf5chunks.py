@@ -4,8 +4,9 @@ in the file and how it is filtered, from h5py's chunk index.
 netCDF4-python (xarray's backend) decompresses a file's chunks one at a time,
 in HDF5, under a lock: a zlib-compressed ERA5 file from the Climate Data Store
 reads on one core however many there are. Here the chunk index gives each
-chunk's byte range; the chunks are read with ``os.pread`` and inflated (zlib
-releases the GIL) and unshuffled in the reader's thread pool, HDF5's own
+chunk's byte range; the chunks are read with ``os.pread`` and inflated (ISA-L,
+or zlib where its wheels are missing: both release the GIL) and unshuffled in
+the reader's thread pool, HDF5's own
 format: deflate (filter 1) and shuffle (filter 2), in pipeline order, each
 skipped for a chunk whose filter mask says it was not applied.
 
@@ -23,6 +24,12 @@ import zlib
 from typing import Any
 
 import numpy as np
+
+try:  # ISA-L's inflate: the same bytes as zlib's, ~1.8x its speed here; releases the GIL
+    from isal.isal_zlib import decompress as inflate
+    from isal.isal_zlib import error as InflateError
+except ImportError:  # a platform without its wheels (see pyproject.toml)
+    inflate, InflateError = zlib.decompress, zlib.error
 
 from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
 
@@ -104,8 +111,8 @@ class Hdf5ChunkStore:
                 continue  # this filter was not applied to this chunk
             code, itemsize = pipeline[position]
             try:
-                data = zlib.decompress(data) if code == _DEFLATE else unshuffle(data, itemsize)
-            except zlib.error as exc:
+                data = inflate(data) if code == _DEFLATE else unshuffle(data, itemsize)
+            except (InflateError, zlib.error) as exc:
                 raise ValueError(str(exc)) from None
         return data
 
