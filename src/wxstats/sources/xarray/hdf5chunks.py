@@ -6,9 +6,9 @@ in HDF5, under a lock: a zlib-compressed ERA5 file from the Climate Data Store
 reads on one core however many there are. Here the chunk index gives each
 chunk's byte range; the chunks are read with ``os.pread`` and inflated (ISA-L,
 or zlib where its wheels are missing: both release the GIL) and unshuffled in
-the reader's thread pool, HDF5's own
-format: deflate (filter 1) and shuffle (filter 2), in pipeline order, each
-skipped for a chunk whose filter mask says it was not applied.
+the reader's thread pool, HDF5's own format: deflate (filter 1) and shuffle
+(filter 2), in pipeline order, each skipped for a chunk whose filter mask says
+it was not applied.
 
 A contiguous, unfiltered variable is memory-mapped at its offset in the file
 (a plain copy of the page cache, no lock). Any other filter (fletcher32
@@ -35,9 +35,12 @@ from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
 _DECODED_FILTERS = {_DEFLATE, _SHUFFLE}
-
-
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def chunk_key(name: str, coords: tuple[int, ...]) -> str:
+    """The reader's key of a dataset's chunk (``name/i.j.k``, in chunk units)."""
+    return f"{name}/" + ".".join(map(str, coords))
 
 
 def is_hdf5(path: str) -> bool:
@@ -82,7 +85,6 @@ class Hdf5ChunkStore:
     local = True
 
     def __init__(self, path: str) -> None:
-        self.path = path
         self.fd = os.open(path, os.O_RDONLY)
         # key -> (offset, size, filter mask, the dataset's filter pipeline)
         self.index: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
@@ -93,7 +95,7 @@ class Hdf5ChunkStore:
 
         def record(info) -> None:
             coords = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
-            key = f"{name}/" + ".".join(map(str, coords))
+            key = chunk_key(name, coords)
             self.index[key] = (info.byte_offset, info.size, info.filter_mask, pipeline)
 
         dataset.id.chunk_iter(record)
@@ -148,6 +150,8 @@ def _pipeline(dataset: Any) -> tuple[tuple[int, int], ...] | None:
 class Hdf5ChunkReader(ChunkReader):
     """Time slabs of the variables of one netCDF4/HDF5 file (see module docstring)."""
 
+    store: Hdf5ChunkStore
+
     def __init__(self, path: str, threads: int) -> None:
         import h5py
 
@@ -158,7 +162,6 @@ class Hdf5ChunkReader(ChunkReader):
             self.file.close()
             raise
         super().__init__(path, store, threads)
-        self.store: Hdf5ChunkStore = store
 
     def _describe(self, name: str) -> ChunkedArray:
         dataset = self.file[name]
@@ -169,7 +172,7 @@ class Hdf5ChunkReader(ChunkReader):
         if dataset.chunks is not None and pipeline is not None:
             self.store.add(name, dataset, pipeline)
             codec, chunks = ChunkCodec(None, dtype), tuple(dataset.chunks)
-        elif dataset.chunks is None and pipeline == () and dtype.kind in "iuf":
+        elif dataset.chunks is None and pipeline == ():  # unfiltered numbers
             offset = dataset.id.get_offset()  # None: never written
             if offset is not None and 0 not in shape:
                 mapped = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape)
@@ -180,7 +183,7 @@ class Hdf5ChunkReader(ChunkReader):
             dtype=dtype,
             fill_value=dataset.fillvalue,
             codec=codec,
-            key=lambda coords: f"{name}/" + ".".join(map(str, coords)),
+            key=lambda coords: chunk_key(name, coords),
             read_plain=read_plain,
         )
 
