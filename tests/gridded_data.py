@@ -197,3 +197,31 @@ def mdp_store(path: Path, n_time: int = 48, nx: int = 5, ny: int = 4, seed: int 
         "forcing": forcing.astype(np.float64),
         "static": static.astype(np.float64)[None],
     }
+
+
+def slab_dataset(n_time: int = 23, seed: int = 5, q_dtype: str = "f4") -> xr.Dataset:
+    """Three variables for the chunk readers' slab tests: float32 ``a`` on levels
+    (time, level, y, x), int16 ``p`` (time, y, x) and ``q`` with time not first
+    (level, time, x), as mllam-data-prep stores forcing (feature, time, grid)."""
+    shape = (3, 5, 7)
+    rng = np.random.default_rng(seed)
+    return xr.Dataset(
+        {
+            "a": (("time", "level", "y", "x"), rng.standard_normal((n_time, *shape), "f4")),
+            "p": (("time", "y", "x"), rng.integers(-999, 999, (n_time, *shape[1:]), "i2")),
+            "q": (
+                ("level", "time", "x"),
+                rng.standard_normal((shape[0], n_time, shape[2]), q_dtype),
+            ),
+        },
+        coords={"time": hourly(n_time), "level": [1, 2, 3]},
+    )
+
+
+def summary_text(stats) -> str:
+    """Everything of a run's summary that depends on the data (not when or where
+    it ran), to compare two runs byte for byte."""
+    summary = stats.to_summary()
+    for entry in (summary, *summary["splits"].values()):
+        entry.pop("run", None)
+    return repr(summary)

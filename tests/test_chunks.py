@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from gridded_data import gridded, hourly
+from gridded_data import gridded, slab_dataset, summary_text
 from numcodecs import Blosc
 
 from wxstats.core.errors import InputError
@@ -23,17 +23,8 @@ from wxstats.sources.xarray.chunks import SharedChunks, SlabRequest
 from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, chunk_codec
 
 
-def _dataset(n_time=23, shape=(3, 5, 7)):
-    rng = np.random.default_rng(5)
-    return xr.Dataset(
-        {
-            "a": (("time", "level", "y", "x"), rng.standard_normal((n_time, *shape), "f4")),
-            "p": (("time", "y", "x"), rng.integers(-999, 999, (n_time, *shape[1:]), "i2")),
-            # time not first, as mllam-data-prep stores forcing (feature, time, grid)
-            "q": (("level", "time", "x"), rng.standard_normal((shape[0], n_time, shape[2]), "f4")),
-        },
-        coords={"time": hourly(n_time), "level": [1, 2, 3]},
-    )
+def _dataset(n_time=23):
+    return slab_dataset(n_time, seed=5, q_dtype="f4")
 
 
 LAYOUTS = {
@@ -86,14 +77,7 @@ def test_slabs_equal_xarray(tmp_path, layout):
 
 
 def _bytes(source):
-    return _bytes_of(compute_source(source, threads=2))
-
-
-def _bytes_of(stats):
-    summary = stats.to_summary()
-    for entry in (summary, *summary["splits"].values()):
-        entry.pop("run", None)
-    return repr(summary)
+    return summary_text(compute_source(source, threads=2))
 
 
 def test_whole_run_identical_to_the_xarray_path(tmp_path):
@@ -186,7 +170,7 @@ def test_each_chunk_is_decoded_once_though_two_blocks_read_it(tmp_path, monkeypa
     blocks = Counter(keys) - references
     assert len(blocks) == 3 * 14  # t2m, z, msl: one chunk object per 3 steps
     assert set(blocks.values()) == {1}
-    assert _bytes_of(stats) == want
+    assert summary_text(stats) == want
 
 
 def test_a_halo_longer_than_a_block_is_still_read_right(tmp_path):

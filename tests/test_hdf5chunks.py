@@ -12,8 +12,7 @@ import os
 import h5py
 import numpy as np
 import pytest
-import xarray as xr
-from gridded_data import gridded, hourly
+from gridded_data import gridded, slab_dataset, summary_text
 
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
@@ -22,17 +21,8 @@ from wxstats.sources.xarray.chunks import SlabRequest
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5, unshuffle
 
 
-def _dataset(n_time=23, shape=(3, 5, 7)):
-    rng = np.random.default_rng(7)
-    return xr.Dataset(
-        {
-            "a": (("time", "level", "y", "x"), rng.standard_normal((n_time, *shape), "f4")),
-            "p": (("time", "y", "x"), rng.integers(-999, 999, (n_time, *shape[1:]), "i2")),
-            # time not first, as mllam-data-prep stores forcing (feature, time, grid)
-            "q": (("level", "time", "x"), rng.standard_normal((shape[0], n_time, shape[2]), "f8")),
-        },
-        coords={"time": hourly(n_time), "level": [1, 2, 3]},
-    )
+def _dataset(n_time=23):
+    return slab_dataset(n_time, seed=7, q_dtype="f8")
 
 
 CHUNKS = {"a": (4, 2, 3, 4), "p": (4, 3, 4), "q": (2, 4, 4)}  # edge chunks everywhere
@@ -86,10 +76,7 @@ def test_slabs_equal_hdf5s_own_reading(tmp_path, pipeline):
 
 
 def _bytes(source):
-    summary = compute_source(source, threads=2).to_summary()
-    for entry in (summary, *summary["splits"].values()):
-        entry.pop("run", None)
-    return repr(summary)
+    return summary_text(compute_source(source, threads=2))
 
 
 @pytest.mark.parametrize("encoding", ["zlib+shuffle", "contiguous (memory-mapped)"])
