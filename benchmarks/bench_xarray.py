@@ -60,11 +60,10 @@ def _disk(path: Path) -> int:
 
 
 def run_wxstats(path: Path, threads: int):
-    from wxstats.api import ComputeOptions, compute_source, open_source
+    import wxstats
 
-    source = open_source(path, ComputeOptions())
     started = time.perf_counter()
-    stats = compute_source(source, threads=threads)
+    stats = wxstats.compute(str(path), threads=threads)  # what a notebook calls
     seconds = time.perf_counter() - started
     return seconds, {
         v: (stats.streams[f"{v}__train"].mean[0], stats.streams[f"{v}__train"].std[0])
@@ -99,6 +98,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the store")
     args = parser.parse_args()
 
+    args.dir.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="wxstats-bench-xarray-", dir=args.dir))
     path = folder / "era5like.zarr"
     try:

@@ -105,3 +105,30 @@ def test_ab_command_alternates_two_trees(tmp_path):
     rows = re.findall(r"wall best ([0-9.]+) s median ([0-9.]+) s  CPU median ([0-9.]+) s", text)
     assert len(rows) == 2 and all(float(w) > 0 for w, _, _ in rows), text
     assert (tmp_path / "o.nc").exists()
+
+
+def test_bench_xarray_prints_each_row_with_errors_against_float64(tmp_path):
+    missing = tmp_path / "not" / "yet"  # --dir is created when it does not exist
+    text = _run(
+        "bench_xarray.py",
+        *("--gb", "0.002", "--grid", "10", "12", "--chunk", "4", "--dir", str(missing)),
+        cwd=tmp_path,
+    )
+    for row in ("wxstats (exact, + diff stats)", "xarray+dask float32"):
+        match = re.search(re.escape(row) + r"\s+[0-9.]+\s+[0-9.]+\s+t2m: ([0-9.e+-]+) / ", text)
+        assert match, text
+    # wxstats' exact mean agrees with the float64 dask reference far below float32's precision
+    ours = re.search(r"wxstats \(exact, \+ diff stats\)\s+\S+\s+\S+\s+t2m: (\S+) / (\S+)", text)
+    assert float(ours.group(1)) < 1e-12 and float(ours.group(2)) < 1e-12, text
+    assert missing.is_dir() and not list(missing.iterdir())  # the store was removed
+
+
+def test_bench_grow_and_bench_parallel_print_their_rows(tmp_path):
+    text = _run("bench_grow.py", *("--gb", "0.01", "--repeat", "1", "--work", str(tmp_path / "g")),
+                cwd=tmp_path)  # fmt: skip
+    assert _seconds(text, "full run") > 0 and _seconds(text, "update (+10 %)") > 0
+    assert "update byte-identical to the full run: True" in text, text
+    text = _run("bench_parallel.py", str(tmp_path / "p"), *("--times", "2", "--grid", "20", "30"),
+                *("--nproc", "1", "2", "--repeat", "1"), cwd=tmp_path)  # fmt: skip
+    rows = re.findall(r"^\s+([12])\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", text, re.M)
+    assert [r[0] for r in rows] == ["1", "2"] and all(float(r[1]) > 0 for r in rows), text
