@@ -18,8 +18,7 @@ def implementation(request, monkeypatch):
     (the small-block path), whatever the size of its blocks."""
     import wxstats.core.kernels as kernels
 
-    limit = -1 if request.param == "numba" else 2**62
-    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", limit)
+    monkeypatch.setattr(kernels, "KERNEL", request.param)
     return request.param
 
 
@@ -245,7 +244,7 @@ _DIGEST_SCRIPT = """
 import hashlib, numpy as np
 import wxstats.core.kernels as kernels
 from wxstats.core.combine import Reference
-kernels.SMALL_BLOCK_BYTES = {limit}
+kernels.KERNEL = {kernel!r}
 rng = np.random.default_rng(1)
 a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))
 a = a.astype(np.float32)
@@ -271,8 +270,8 @@ def test_bits_do_not_depend_on_the_cpu(implementation, cpu_without_fma_cache):
     import subprocess
     import sys
 
-    def digest(limit: int, env: dict) -> str:
-        script = _DIGEST_SCRIPT.format(limit=limit)
+    def digest(kernel: str, env: dict) -> str:
+        script = _DIGEST_SCRIPT.format(kernel=kernel)
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                               text=True, check=True)  # fmt: skip
         return done.stdout.strip()
@@ -281,5 +280,4 @@ def test_bits_do_not_depend_on_the_cpu(implementation, cpu_without_fma_cache):
 
     here = dict(os.environ)
     generic = here | {"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(cpu_without_fma_cache)}
-    limit = -1 if implementation == "numba" else 2**62
-    assert digest(-1, generic) == digest(limit, here)
+    assert digest("numba", generic) == digest(implementation, here)

@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -129,9 +131,23 @@ def in_time_order(rows: np.ndarray) -> np.ndarray:
 
 
 SMALL_BLOCK_BYTES = 256 * 2**10
-"""Blocks up to this size are summed by the numpy twin of the kernel
+"""Blocks up to this size may be summed by the numpy twin of the kernel
 (:mod:`wxstats.core._kernels_numpy`, the same bits): a small dataset never waits
 the 0.3 s that loading numba and the compiled kernel take."""
+
+TWIN_SECONDS = 0.3
+"""What the numpy twin may spend in one process before the compiled kernel is
+loaded anyway (about what loading it costs). The twin is 50-300x slower per
+value (its lane loop runs in Python), so choosing it by block size alone made a
+dataset read in many small blocks (``--block-mb 2`` over ten variables) 40x
+slower than in large ones. Renting the twin only up to the price of buying
+numba bounds that loss to 2x the load time, whatever the block size; once numba
+is loaded every block uses it. The choice never changes a bit."""
+
+KERNEL = "auto"
+"""``auto`` (the rule above), or ``numpy``/``numba`` to force one (tests)."""
+
+_twin_spent = 0.0
 
 
 NUMBA_WITHOUT_BLAS = False
@@ -143,11 +159,31 @@ friends in the same process would notice; ``scipy.linalg`` itself still imports.
 _LOADING = threading.Lock()
 
 
-def _kernel(nbytes: int):
-    if nbytes <= SMALL_BLOCK_BYTES:
+def _use_twin(nbytes: int) -> bool:
+    if KERNEL != "auto":
+        return KERNEL == "numpy"
+    return (
+        nbytes <= SMALL_BLOCK_BYTES
+        and _twin_spent < TWIN_SECONDS
+        and "wxstats.core._kernels_numba" not in sys.modules
+    )
+
+
+def _run_kernel(nbytes: int, *args: Any) -> None:
+    """The kernel on ``args``: the numpy twin or the compiled one (see
+    :data:`TWIN_SECONDS`); the twin's time is added up for the next choice."""
+    global _twin_spent
+    if _use_twin(nbytes):
         from wxstats.core._kernels_numpy import kernel
 
-        return kernel
+        started = time.perf_counter()
+        kernel(*args)
+        _twin_spent += time.perf_counter() - started  # a heuristic: races are harmless
+        return
+    _compiled()(*args)
+
+
+def _compiled():
     with _LOADING:
         probe = "scipy.linalg.cython_blas"
         first = "numba.np.arraymath" not in sys.modules and probe not in sys.modules
@@ -269,7 +305,8 @@ def block_sums(
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
     td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
-    _kernel(array.nbytes)(
+    _run_kernel(
+        array.nbytes,
         array.reshape(n_t, n_g * n_c),
         n_c,
         m,
