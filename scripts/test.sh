@@ -7,9 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WXSTATS_TORCH="torch==2.13.0"  # the CPU build on these machines; neural-lam-env.sh too
+echo "scripts/test.sh: installing wxstats with the test tools" >&2
 python -m pip install -q "$WXSTATS_TORCH" -e ".[test]" 2> >(grep -v "Running pip as the 'root'" >&2)
 WXSTATS_NEURALLAM_PYTHON="$(bash scripts/neural-lam-env.sh)"
 export WXSTATS_NEURALLAM_PYTHON
 WXSTATS_ANEMOI_PYTHON="$(bash scripts/anemoi-env.sh)"
 export WXSTATS_ANEMOI_PYTHON
+echo "scripts/test.sh: running the tests" >&2
 python -m pytest "$@"
