@@ -191,6 +191,35 @@ def test_legacy_arrays_removed_and_stale_tendencies_refused(dataset):
     assert_matches(got, reference(data, 0, 18, 4), "statistics_tendencies_1d_")
 
 
+@pytest.mark.parametrize(
+    "asked,names",
+    [(["6h", "12h"], {"6h": 1, "12h": 2}), (["6h", "9h", "1d"], {"6h": 1, "1d": 4}),
+     (True, {"6h": 1, "12h": 2, "1d": 4})],
+)  # fmt: skip
+def test_default_tendencies_come_from_the_recipe_before_anemois_finalise(tmp_path, asked, names):
+    """A dataset after anemoi's ``init``/``load`` has no statistics arrays yet: the
+    tendencies its recipe asks for are the default (only 6h was written before), a
+    span that is not a whole number of dates (9h of 6-hourly data) and anemoi's
+    ``true`` (1, 3, 6, 12, 24 hours) as anemoi's finalise takes them."""
+    path = tmp_path / "an.zarr"
+    data = make_dataset(path, recipe={"statistics": {"tendencies": asked}})
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    got = stored(path)
+    written = {k.split("_")[2] for k in got if k.startswith("statistics_tendencies_")}
+    assert written == set(names)
+    for name, k in names.items():
+        assert_matches(got, reference(data, 0, 18, k), f"statistics_tendencies_{name}_")
+
+
+def test_a_recipe_tendency_that_is_no_time_span_is_refused(tmp_path, capsys):
+    path = tmp_path / "an.zarr"
+    make_dataset(path, recipe={"statistics": {"tendencies": ["6h", "often"]}})
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "'often', not a time span" in err and len(err.splitlines()) == 1
+    assert not [k for k in stored(path) if k.startswith("statistics_")]
+
+
 def test_missing_dates_left_out_with_skipna_as_anemoi_does(tmp_path, capsys):
     path = tmp_path / "an.zarr"
     data = make_dataset(path, missing_dates=["2020-01-02T06:00:00"])

@@ -156,7 +156,8 @@ class AnemoiSource:
             )
         self.start, self.stop = self._window(attrs, period)
         self.missing = self._missing(attrs.get("missing_dates") or [])
-        self.diff_steps = tuple(sorted(set(diff_steps or self._stored_steps() or (1,))))
+        default = self._stored_steps() or self._recipe_steps(attrs.get("recipe")) or (1,)
+        self.diff_steps = tuple(sorted(set(diff_steps or default)))
         n = self.stop - self.start
         if self.diff_steps[-1] >= n:
             raise InputError(
@@ -245,6 +246,29 @@ class AnemoiSource:
         for name in self.stored_tendencies():
             seconds = span_seconds(name) or 0
             if seconds and seconds % self.step_seconds == 0:
+                steps.append(seconds // self.step_seconds)
+        return tuple(steps)
+
+    def _recipe_steps(self, recipe: Any) -> tuple[int, ...]:
+        """The tendency steps the dataset's recipe asks for (``statistics: {tendencies:
+        [6h, 12h]}``; ``true``: anemoi's 1, 3, 6, 12 and 24 hours), as anemoi's
+        ``finalise`` would compute them: the default of a dataset whose statistics
+        arrays are not written yet (after ``init``/``load --parts``). A span that is
+        not a whole number of dates is left out, as anemoi leaves it out."""
+        section = recipe.get("statistics") if isinstance(recipe, dict) else None
+        asked = section.get("tendencies") if isinstance(section, dict) else None
+        if asked is None or asked is False:
+            return ()
+        spans = [1, 3, 6, 12, 24] if asked is True else asked
+        steps = []
+        for span in spans if isinstance(spans, list) else [spans]:
+            seconds = span_seconds(span)
+            if seconds is None:
+                raise InputError(
+                    f"{self.path}: the recipe's statistics.tendencies holds {span!r}, not a "
+                    "time span (6h, 12h, 1d); give the tendencies with --diff-steps"
+                )
+            if seconds % self.step_seconds == 0:
                 steps.append(seconds // self.step_seconds)
         return tuple(steps)
 
