@@ -250,7 +250,7 @@ def seconds(text: str) -> float:
 
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of resumable runs (see wxstats.runtime.resumable, README "Resuming...")."""
+    """Options of resumable runs (see wxstats.runtime.resumable, docs/parallel.md "Resuming after a crash")."""
     g = p.add_argument_group("resuming after a crash")
     g.add_argument(
         "--checkpoint",
@@ -275,7 +275,7 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of parallel runs (see wxstats.runtime.launch and README "Running in parallel")."""
+    """Options of parallel runs (see wxstats.runtime.launch and docs/parallel.md)."""
     g = p.add_argument_group("parallel runs (also under torchrun or srun)")
     g.add_argument(
         "--nproc",

@@ -24,7 +24,7 @@ def _tuple(value: Any) -> tuple | None:
 
 @dataclass(frozen=True)
 class ComputeOptions:
-    """What to read, what to write, how to run (see README for each option)."""
+    """What to read, what to write, how to run (see docs/ for each option)."""
 
     dataset: str = ""
     # -- which data (sources) ---------------------------------------------------
