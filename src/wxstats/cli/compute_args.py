@@ -250,7 +250,7 @@ def seconds(text: str) -> float:
 
 
 def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of resumable runs (see wxstats.runtime.resumable, docs/parallel.md "Resuming after a crash")."""
+    """Options of resumable runs (see wxstats.runtime.resumable, docs/parallel.md)."""
     g = p.add_argument_group("resuming after a crash")
     g.add_argument(
         "--checkpoint",
