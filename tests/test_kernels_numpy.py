@@ -127,7 +127,7 @@ def test_the_twin_is_rented_only_up_to_the_price_of_loading_numba(monkeypatch):
 
     monkeypatch.setattr(kernels, "_twin_spent", 0.0)
     block_sums(block, *args)
-    assert calls == [] and kernels._twin_spent > 0  # small, budget left: the twin, timed
+    assert calls == [] and kernels._twin_spent > 0  # small, budget left: the twin, its CPU timed
     monkeypatch.setattr(kernels, "_twin_spent", kernels.TWIN_SECONDS)
     block_sums(block, *args)
     assert calls == ["numba"]  # the budget spent: the compiled kernel, however small
