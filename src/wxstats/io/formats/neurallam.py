@@ -184,22 +184,42 @@ def _datastore_config(static: Path, n_vars: int) -> dict[str, Any] | None:
 
 
 def is_neurallam_static(folder: Path) -> bool:
-    return (folder / TENSOR_FILES["mean"]).is_file()
+    """Any of neural-lam's statistics files is there: the folder is one, and
+    :func:`read_neurallam_static` names what it lacks (another file in it, such
+    as ``wxstats_stats.nc``, must not be read in its place)."""
+    return any((folder / name).is_file() for name in (*TENSOR_FILES.values(), FLUX_FILE))
+
+
+def _same_lengths(static: Path, arrays: dict[str, np.ndarray]) -> int:
+    """The number of variables, when every state file holds one value each; else
+    refused naming the files that disagree with the most of the others."""
+    by_length: dict[int, list[str]] = {}
+    for op, array in arrays.items():
+        by_length.setdefault(len(array), []).append(TENSOR_FILES[op])
+    if len(by_length) == 1:
+        return next(iter(by_length))
+    groups = sorted(by_length.items(), key=lambda item: -len(item[1]))
+    (n_most, most), others = groups[0], groups[1:]
+
+    def have(names: list[str]) -> str:
+        return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
+
+    odd = "; ".join(f"{have(names)} {n} values" for n, names in others)
+    raise InputError(
+        f"{static}: {odd} where {have(most)} {n_most}: each file holds one value per variable"
+    )
 
 
 def read_neurallam_static(static: Path) -> Stats:
     """A neural-lam ``static/`` folder (float32 ``.pt`` files, widened exactly)."""
     missing = [n for n in TENSOR_FILES.values() if not (static / n).is_file()]
     if missing:
-        raise InputError(f"{static}: not a neural-lam static folder: missing {', '.join(missing)}")
+        raise InputError(
+            f"{static / missing[0]}: missing: a neural-lam static folder has "
+            f"{', '.join(TENSOR_FILES.values())} (missing: {', '.join(missing)})"
+        )
     arrays = {op: _load_pt(static / name) for op, name in TENSOR_FILES.items()}
-    n_vars = len(arrays["mean"])
-    for op, array in arrays.items():
-        if len(array) != n_vars:
-            raise InputError(
-                f"{static}: state {op} ({TENSOR_FILES[op]}) has {len(array)} values but others "
-                f"have {n_vars}"
-            )
+    n_vars = _same_lengths(static, arrays)
     dataset = _datastore_config(static, n_vars)
     names: list[str] | None = None
     units = [""] * n_vars
