@@ -212,6 +212,59 @@ def test_write_into_refuses_or_floors_a_zero_std(store_copy, capsys):
     assert float(ds["static__train__std"].values[0]) > 1  # orography's own std
 
 
+def _retype(path: Path, name: str, dtype: str) -> None:
+    """The store's variable ``name`` stored in ``dtype`` instead (same dimensions)."""
+    values = xr.open_zarr(path)[name].load()
+    shutil.rmtree(path / name)
+    with np.errstate(over="ignore", invalid="ignore"):
+        retyped = values.astype(dtype)
+    xr.Dataset({name: retyped}).to_zarr(path, mode="a", consolidated=True)
+
+
+def _nan_in_the_data(path: Path) -> None:
+    """A NaN that reading the data would report: a refusal naming something else
+    came before any data was read."""
+    import zarr
+
+    zarr.open_group(path, mode="r+")["state"][5, 0, 0] = np.nan
+
+
+def test_an_integer_statistics_variable_is_refused_before_reading(store_copy, capsys):
+    """int32 truncated every value: a std of 0.45 was written as 0."""
+    path, _ = store_copy
+    _retype(path, "static__train__std", "int32")
+    _nan_in_the_data(path)
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: static__train__std is int32: statistics written into it would be" in err
+    assert "NaN" not in err and "Traceback" not in err
+    assert _files(path) == before
+
+
+def test_a_value_that_overflows_float16_is_refused_with_nothing_written(store_copy, capsys):
+    """101305 Pa is inf in float16 (numpy only warned, and inf was written)."""
+    path, truth = store_copy
+    _retype(path, "state__train__mean", "float16")
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    mean = reference(truth["state"], *TRAIN, ())["mean"][2]
+    assert mean > np.finfo(np.float16).max  # the float64 reference: too large for float16
+    assert f"{path}: state__train__mean: pres_seasurface ({mean:.6g}) overflows float16" in err
+    assert _files(path) == before
+
+
+def test_a_min_std_the_store_cannot_hold_is_refused_before_reading(store_copy, capsys):
+    path, _ = store_copy
+    _nan_in_the_data(path)
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet", "--min-std", "1e-50"]) == 2
+    err = capsys.readouterr().err
+    assert f"--min-std 1e-50 is 0 or subnormal in float32, the dtype of {path}: state__" in err
+    assert _files(path) == before
+
+
 # -- a full disk: a small tmpfs mounted for the test -------------------------------------------
 
 

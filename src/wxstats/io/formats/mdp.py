@@ -9,7 +9,9 @@ scale), reduced over every dimension but ``{category}_feature``.
 
 A variable the store already has keeps its dtype, shape, chunks and
 attributes; only its values change (float64 results rounded to its dtype,
-float32 in most stores: what neural-lam converts to anyway). Each variable's
+float32 in most stores: what neural-lam converts to anyway). A dtype that
+cannot hold them is refused (:mod:`.stored`): an integer before any work, a
+value that overflows it before anything is written. Each variable's
 chunks are written into a temporary copy first, then moved over the old ones
 with ``os.replace`` (atomic per file; these small arrays have one chunk); the
 old chunk files are kept aside until every variable is in place and put back
@@ -39,9 +41,12 @@ import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
+from wxstats.io.formats.stored import check_float_dtype, check_min_std
 from wxstats.io.zarrstore import all_or_nothing, fsync_tree
 
 DIFF_STEP = 1
+DIVISORS = ("std", "diff_std")
+"""The ops neural-lam divides by (floored by ``--min-std``)."""
 _METADATA = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
 
 
@@ -114,8 +119,36 @@ def _dims(array) -> tuple[str, ...]:
     return tuple(array.metadata.dimension_names or ())
 
 
-def check_store(store: str | Path, planned: dict[str, Planned]) -> None:
-    """Refuse, before any work, a store that cannot take the planned variables."""
+def _new_dtype(root: Path, category: str) -> np.dtype:
+    """The dtype of a variable the store lacks: its category's data dtype if that
+    is a float, else float64."""
+    import zarr
+
+    try:
+        data_dtype = np.dtype(zarr.open_array(str(root / category), mode="r").dtype)
+    except Exception:  # no such array: keep float64
+        return np.dtype(np.float64)
+    return data_dtype if data_dtype.kind == "f" else np.dtype(np.float64)
+
+
+def store_dtypes(store: str | Path, planned: dict[str, Planned]) -> dict[str, np.dtype]:
+    """The dtype each planned variable is stored in: an existing variable keeps its
+    own, a new one gets :func:`_new_dtype`."""
+    root = Path(store)
+    group = _group(root)
+    arrays = set(group.array_keys())
+    return {
+        name: np.dtype(group[name].dtype) if name in arrays else _new_dtype(root, p.category)
+        for name, p in planned.items()
+    }
+
+
+def check_store(
+    store: str | Path, planned: dict[str, Planned], min_std: float | None = None
+) -> None:
+    """Refuse, before any work, a store that cannot take the planned variables:
+    other dimensions, a dtype that cannot hold statistics, a ``min_std`` that its
+    std variables would store as 0 (:mod:`.stored`)."""
     if "://" in str(store):
         raise InputError(f"{store}: --write-into needs a local zarr store, not a URL")
     root = Path(store)
@@ -135,6 +168,10 @@ def check_store(store: str | Path, planned: dict[str, Planned]) -> None:
                 f"wxstats writes statistics over every dimension but {p.dim} (shape "
                 f"({p.size},)); remove that variable or leave out --write-into"
             )
+    for name, dtype in store_dtypes(root, planned).items():
+        check_float_dtype(dtype, f"{store}: {name}")
+        if planned[name].op in DIVISORS:
+            check_min_std(min_std, dtype, f"{store}: {name}")
 
 
 def _chunk_files(folder: Path) -> set[str]:
@@ -181,19 +218,11 @@ def _stage_new(
     at ``stage`` (in the store's folder: the same filesystem, so moving them in
     is a rename). Each gets the dtype of its category's data if that is a float."""
     import xarray as xr
-    import zarr
 
     data_vars = {}
     for name, array in values.items():
         p = planned[name]
-        dtype = np.dtype(np.float64)
-        try:
-            data_dtype = zarr.open_array(str(root / p.category), mode="r").dtype
-            if np.dtype(data_dtype).kind == "f":
-                dtype = np.dtype(data_dtype)
-        except Exception:  # no such array: keep float64
-            pass
-        data_vars[name] = ((p.dim,), array.astype(dtype))
+        data_vars[name] = ((p.dim,), array.astype(_new_dtype(root, p.category)))
     xr.Dataset(data_vars).to_zarr(stage, mode="w-", zarr_format=zarr_format, consolidated=False)
 
 

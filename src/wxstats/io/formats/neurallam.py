@@ -20,6 +20,7 @@ import numpy as np
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import MEPS_FLUX, DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
 
 DEFAULT_LEVEL_WEIGHTS: dict[str, float] = {
     "2": 1.0,
@@ -102,23 +103,6 @@ def _npy_writer(values: np.ndarray) -> Writer:
     return write
 
 
-def divisor_std(std: np.ndarray, names: list[str], min_std: float | None, where: str) -> np.ndarray:
-    """A std that a trainer divides by: ``max(std, min_std)``; without a floor a
-    std of 0 (a constant field) is refused, naming the variables, since neural-lam
-    would standardize by it into infinities and NaN without a word."""
-    std = np.asarray(std, dtype=np.float64)
-    if min_std is not None:
-        return np.where(std < min_std, min_std, std)
-    zero = [name for name, value in zip(names, std, strict=True) if value == 0]
-    if zero:
-        raise WxstatsError(
-            f"{where}: the std of {', '.join(zero)} is 0 (constant over the split), and "
-            "neural-lam divides by it. Pass --min-std VALUE to write max(std, VALUE) "
-            "(the statistics file keeps the true 0), or leave the variable out"
-        )
-    return std
-
-
 def neurallam_outputs(
     stats: Stats,
     static_dir: Path,
@@ -149,8 +133,12 @@ def neurallam_outputs(
     weights = parameter_weights(levels, state.features, level_weights)
     values = {"mean": state.mean, "std": std}
     values.update(mean_standardized=diff_mean, std_standardized=diff_std)
+    for op, name in TENSOR_FILES.items():
+        check_stored(values[op], PT_DTYPE, names, str(static_dir / name))
+    flux_values = np.array([flux.mean[0], flux_std[0]])
+    check_stored(flux_values, PT_DTYPE, ["mean", "std"], f"{static_dir / FLUX_FILE} {flux_name}")
     outputs = {static_dir / name: _tensor_writer(values[op]) for op, name in TENSOR_FILES.items()}
-    outputs[static_dir / FLUX_FILE] = _tensor_writer(np.array([flux.mean[0], flux_std[0]]))
+    outputs[static_dir / FLUX_FILE] = _tensor_writer(flux_values)
     outputs[static_dir / WEIGHTS_FILE] = _npy_writer(weights)
     return outputs
 
