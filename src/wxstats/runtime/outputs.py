@@ -335,7 +335,7 @@ def write_outputs(
     source: Source, stats: Stats, options: ComputeOptions, extra: dict[Path, Writer] | None = None
 ) -> list[Path]:
     """Write every output (everything that can be refused is refused first)."""
-    from wxstats.io.formats.mdp import write_into_store
+    from wxstats.io.formats.mdp import mdp_attrs, write_into_store
 
     outputs = {**planned_outputs(source, stats, options), **(extra or {})}
     mdp_into = options.write_into and source.kind != "anemoi"
@@ -344,6 +344,6 @@ def write_outputs(
     if source.kind == "anemoi":
         return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
-        write_into_store(source.path, *into)
+        write_into_store(source.path, *into, mdp_attrs(stats))
         return [*outputs, Path(source.path)]
     return list(outputs)

@@ -15,8 +15,10 @@ value that overflows it before anything is written. Each variable's
 chunks are written into a temporary copy first, then moved over the old ones
 with ``os.replace`` (atomic per file; these small arrays have one chunk); the
 old chunk files are kept aside until every variable is in place and put back
-if anything fails. The metadata does not change, so a reader never sees new
-metadata with old data.
+if anything fails. Each variable written records the run (:func:`mdp_attrs`:
+its ``--period``, the time steps of its split), in its attributes, replaced
+with its chunks; the rest of its metadata (dtype, shape, chunks) does not
+change, so a reader never decodes new data with other metadata.
 
 Variables the store lacks are added the same way: written complete into a
 staging folder inside the store (the same filesystem), then each array
@@ -36,6 +38,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +51,8 @@ DIFF_STEP = 1
 DIVISORS = ("std", "diff_std")
 """The ops neural-lam divides by (floored by ``--min-std``)."""
 _METADATA = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
+_ATTRIBUTES = (".zattrs", "zarr.json")
+"""An array's files holding its attributes (zarr 2; zarr 3, with the rest of its metadata)."""
 
 
 @dataclass(frozen=True)
@@ -174,12 +179,14 @@ def check_store(
             check_min_std(min_std, dtype, f"{store}: {name}")
 
 
-def _chunk_files(folder: Path) -> set[str]:
-    return {
+def _replaced_files(folder: Path) -> set[str]:
+    """An array's files that writing it replaces: its chunks and its attributes."""
+    chunks = {
         str(path.relative_to(folder))
         for path in folder.rglob("*")
         if path.is_file() and path.name not in _METADATA
     }
+    return chunks | {name for name in _ATTRIBUTES if (folder / name).is_file()}
 
 
 def _metadata_file(root: Path, zarr_format: int) -> Path | None:
@@ -212,7 +219,12 @@ def _consolidated_text(root: Path, zarr_format: int, arrays: dict[str, Path]) ->
 
 
 def _stage_new(
-    stage: Path, root: Path, zarr_format: int, values: dict[str, np.ndarray], planned
+    stage: Path,
+    root: Path,
+    zarr_format: int,
+    values: dict[str, np.ndarray],
+    planned: dict[str, Planned],
+    attrs: dict[str, Any],
 ) -> None:
     """Write the variables the store lacks, complete, into a store of their own
     at ``stage`` (in the store's folder: the same filesystem, so moving them in
@@ -222,14 +234,33 @@ def _stage_new(
     data_vars = {}
     for name, array in values.items():
         p = planned[name]
-        data_vars[name] = ((p.dim,), array.astype(_new_dtype(root, p.category)))
+        data_vars[name] = ((p.dim,), array.astype(_new_dtype(root, p.category)), attrs)
     xr.Dataset(data_vars).to_zarr(stage, mode="w-", zarr_format=zarr_format, consolidated=False)
 
 
+def mdp_attrs(stats: Stats) -> dict[str, Any]:
+    """What each variable written records of the run: its period (the store's
+    splits still name the whole interval), the time steps of each split, NaN
+    handling, who wrote it. Every key is set (a rerun without ``--period``
+    replaces an earlier run's period)."""
+    return {
+        "statistics_period": stats.attrs.get(
+            "statistics_period", "none (every time step of the split)"
+        ),
+        "statistics_splits": stats.attrs.get("splits", ""),
+        "statistics_skipna": int(stats.attrs.get("skipna", 0)),
+        "statistics_written_by": f"wxstats {stats.run.get('wxstats_version', '')}".strip(),
+    }
+
+
 def write_into_store(
-    store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
+    store: str | Path,
+    values: dict[str, np.ndarray],
+    planned: dict[str, Planned],
+    attrs: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Replace (or add) the variables in ``store``: all or nothing (see module docstring)."""
+    """Replace (or add) the variables in ``store``, each with ``attrs`` set: all
+    or nothing (see module docstring)."""
     import zarr
 
     root = Path(store)
@@ -253,16 +284,18 @@ def write_into_store(
             shutil.copytree(root / name, tmp / name)
             array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
             array[...] = values[name].astype(array.dtype)
+            array.attrs.update(attrs or {})
         if missing:
-            _stage_new(stage, root, zarr_format, {n: values[n] for n in missing}, planned)
+            new = {n: values[n] for n in missing}
+            _stage_new(stage, root, zarr_format, new, planned, attrs or {})
         meta_file = _metadata_file(root, zarr_format)
-        folders = {n: root / n for n in existing} | {n: stage / n for n in missing}
+        folders = {n: tmp / n for n in existing} | {n: stage / n for n in missing}
         meta_text = _consolidated_text(root, zarr_format, folders)
         if meta_text is not None and meta_file is not None:
             (tmp / "metadata").write_text(meta_text)
         backup = tmp / ".old"
         for name in existing:
-            for rel in sorted(_chunk_files(root / name)):
+            for rel in sorted(_replaced_files(root / name)):
                 saved = backup / name / rel
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 try:
@@ -272,7 +305,7 @@ def write_into_store(
         fsync_tree(tmp)
         # 2. renames only, each undone if a later one fails
         for name in existing:
-            new, old = _chunk_files(tmp / name), _chunk_files(root / name)
+            new, old = _replaced_files(tmp / name), _replaced_files(root / name)
             for rel in sorted(new):
                 target = root / name / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
