@@ -305,6 +305,17 @@ def test_a_value_that_overflows_float16_is_refused_with_nothing_written(store_co
     assert _files(path) == before
 
 
+def test_statistics_added_to_a_float16_store_are_float32(store_copy):
+    """A new variable takes its category's float dtype, but at least float32."""
+    path, _ = store_copy
+    _retype(path, "forcing", "float16")
+    assert main(["compute", str(path), "--write-into", "--split", "val", "--quiet"]) == 0
+    ds = xr.open_zarr(path, consolidated=True)
+    ref = reference(ds["forcing"].values.astype(np.float64), *VAL, (1,))
+    assert ds["forcing__val__std"].dtype == np.float32
+    assert_close(ds["forcing__val__std"].values, ref["std"], 6e-8, "val std")
+
+
 def test_a_min_std_the_store_cannot_hold_is_refused_before_reading(store_copy, capsys):
     path, _ = store_copy
     _nan_in_the_data(path)

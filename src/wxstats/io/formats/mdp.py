@@ -126,14 +126,17 @@ def _dims(array) -> tuple[str, ...]:
 
 def _new_dtype(root: Path, category: str) -> np.dtype:
     """The dtype of a variable the store lacks: its category's data dtype if that
-    is a float, else float64."""
+    is a float, at least float32 (float16 holds at most 65504 and stores a std
+    below 6e-5 as a subnormal), else float64."""
     import zarr
 
     try:
         data_dtype = np.dtype(zarr.open_array(str(root / category), mode="r").dtype)
     except Exception:  # no such array: keep float64
         return np.dtype(np.float64)
-    return data_dtype if data_dtype.kind == "f" else np.dtype(np.float64)
+    if data_dtype.kind != "f":
+        return np.dtype(np.float64)
+    return np.promote_types(data_dtype, np.float32)
 
 
 def store_dtypes(store: str | Path, planned: dict[str, Planned]) -> dict[str, np.dtype]:
