@@ -115,7 +115,7 @@ def test_no_names_match_by_position_with_a_warning(datastore, tmp_path, capsys):
     torch.save(std[:-1].clone(), tmp_path / "static" / "parameter_std.pt")
     # a file with 16 values among files with 17 is unreadable: exit 2
     assert main(["compare", str(nc), str(tmp_path / "static")]) == 2
-    assert "16 values but others have 17" in capsys.readouterr().err
+    assert "parameter_std.pt has 16 values where" in capsys.readouterr().err
 
 
 def test_unreadable_input_exits_2(datastore, tmp_path, capsys):
@@ -184,3 +184,33 @@ def test_a_difference_mean_lost_as_nan_is_a_difference_unless_the_set_lacks_it(d
     lacking = compare(a, b)
     assert lacking.equal
     assert f"state: diff{step} mean only in A, not compared" in lacking.notes
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_a_static_folder_missing_a_file_is_refused_naming_it(datastore, tmp_path, command, capsys):
+    """A neural-lam folder without parameter_mean.pt is not read as the
+    wxstats_stats.nc beside it (compare then compared that file with itself)."""
+    broken = tmp_path / "data"
+    shutil.copytree(datastore, broken)
+    (broken / "static" / "parameter_mean.pt").unlink()
+    static = broken / "static"
+    args = [str(static / "wxstats_stats.nc")] if command == "compare" else []
+    args += ["-o", str(tmp_path / "r")] if command == "report" else []
+    assert main([command, str(static), *args]) == 2
+    captured = capsys.readouterr()
+    assert "same within" not in captured.out and "Traceback" not in captured.err
+    assert f"{static / 'parameter_mean.pt'}: missing" in captured.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_static_file_of_the_wrong_length_is_the_one_named(datastore, tmp_path, capsys):
+    broken = tmp_path / "data"
+    shutil.copytree(datastore, broken)
+    mean_file = broken / "static" / "parameter_mean.pt"
+    torch.save(torch.cat([torch.load(mean_file, weights_only=True), torch.zeros(1)]), mean_file)
+    assert main(["compare", str(broken / "static"), str(datastore / "s.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "static: parameter_mean.pt has 18 values where parameter_std.pt, diff_mean.pt, "
+        "diff_std.pt have 17: each file holds one value per variable"
+    )

@@ -122,7 +122,8 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "diff_std.pt, the flux std; a --write-into store's std and diff_std); without it a "
         "std of 0 (a constant field) is refused. Choose VALUE far below any real std (e.g. "
         "1e-6): a constant field standardizes to 0 whatever it is. wxstats_stats.nc keeps "
-        "the true values",
+        "the true values. Checked as stored: a std, or VALUE, that is 0 or subnormal in the "
+        "file's dtype (float32 for .pt) counts as 0",
     )
     p.add_argument(
         "--skipna",

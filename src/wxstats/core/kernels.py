@@ -76,6 +76,9 @@ class Block:
     """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
     sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
     ``y * y`` and the count."""
+    origin: str | None = None
+    """Where these values are stored (a file), when it is not the sample the
+    source describes: bad-value messages name it."""
 
 
 @dataclass

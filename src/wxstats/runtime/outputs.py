@@ -184,22 +184,33 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
 def _store_values(source: Source, stats: Stats | None, min_std: float | None = None):
     """Check the store (``stats`` None), or the values ``--write-into`` puts into it.
 
-    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there is
-    refused or floored as in the neural-lam files."""
-    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables
-    from wxstats.io.formats.neurallam import divisor_std
+    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there (as
+    stored, in the variable's dtype) is refused or floored as in the neural-lam
+    files; a value the dtype cannot hold is refused before anything is written."""
+    from wxstats.io.formats.mdp import (
+        DIVISORS,
+        check_store,
+        mdp_values,
+        planned_variables,
+        store_dtypes,
+    )
+    from wxstats.io.formats.stored import check_stored, divisor_std
 
     if not getattr(source, "is_mdp", False):
         raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
     planned = planned_variables(source.streams)
     if stats is None:
-        check_store(source.path, planned)
+        check_store(source.path, planned, min_std)
         return None
     values = mdp_values(stats, planned)
+    dtypes = store_dtypes(source.path, planned)
     for name, plan in planned.items():
-        if plan.op in ("std", "diff_std") and name in values:
-            features = stats.streams[plan.stream].features
-            values[name] = divisor_std(values[name], features, min_std, f"{source.path}: {name}")
+        if name not in values:
+            continue
+        features, where = stats.streams[plan.stream].features, f"{source.path}: {name}"
+        if plan.op in DIVISORS:
+            values[name] = divisor_std(values[name], features, min_std, where, dtypes[name])
+        check_stored(values[name], dtypes[name], features, where)
     return values, planned
 
 
@@ -246,11 +257,13 @@ def planned_outputs(
         NEURALLAM_FILES,
         neurallam_outputs,
     )
+    from wxstats.io.formats.stored import PT_DTYPE, check_min_std
 
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
         static = options.output_dir or meps_static_dir(source)
         if stats is None:
+            check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
             outputs.update({static / name: None for name in NEURALLAM_FILES})
         else:
             outputs.update(
@@ -315,14 +328,14 @@ def check_outputs(source: Source, options: ComputeOptions, extra: list[Path] = (
     if source.kind == "anemoi":
         check_anemoi_outputs(source, options)
     elif options.write_into:
-        _store_values(source, None)
+        _store_values(source, None, options.min_std)
 
 
 def write_outputs(
     source: Source, stats: Stats, options: ComputeOptions, extra: dict[Path, Writer] | None = None
 ) -> list[Path]:
     """Write every output (everything that can be refused is refused first)."""
-    from wxstats.io.formats.mdp import write_into_store
+    from wxstats.io.formats.mdp import mdp_attrs, write_into_store
 
     outputs = {**planned_outputs(source, stats, options), **(extra or {})}
     mdp_into = options.write_into and source.kind != "anemoi"
@@ -331,6 +344,6 @@ def write_outputs(
     if source.kind == "anemoi":
         return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
-        write_into_store(source.path, *into)
+        write_into_store(source.path, *into, mdp_attrs(stats))
         return [*outputs, Path(source.path)]
     return list(outputs)

@@ -317,6 +317,7 @@ class MepsSource:
                 array=flux.reshape(t, n_grid, 1),
                 channels=np.zeros(1, dtype=np.int64),
                 value_range=(FLUX_FIRST_STEP, t),
+                origin=str(sample.flux_path),
             ),
         }
 
