@@ -197,6 +197,16 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
         "cell_area",
         "negative",
     )
+    for name, bad, words in [
+        ("nan.zarr", np.nan, ("NaN, inf or < 0",)),
+        ("inf.zarr", np.inf, ("NaN, inf or < 0",)),
+        ("zero.zarr", 0.0, ("every weight is 0",)),
+    ]:
+        area = ds.cell_area.values.copy()
+        area[0 if name != "zero.zarr" else slice(None)] = bad
+        path = _write(ds.assign(cell_area=(("y", "x"), area)), tmp_path / name)
+        cmd = ["compute", path, "--weights", "cell_area", *out]
+        assert_refused(capsys, tmp_path, cmd, name, "variable cell_area", *words)
     full = str(root / "full.zarr")
     assert_refused(
         capsys,
@@ -276,6 +286,23 @@ def test_a_weights_file_is_placed_by_its_coordinates(store, tmp_path):
     args = ["compute", str(root / "full.zarr"), "--weights", f"{other}:cell_area"]
     assert main([*args, "--output", str(out), *STEPS]) == 0
     _check(read_stats(out), truth, ds["cell_area"].values)
+
+
+def test_unlabelled_dimensions_are_taken_by_position(tmp_path):
+    """Where neither the data nor the weights file has a coordinate along a
+    dimension, there is nothing but positions to go by."""
+    ds, truth = gridded(n_time=10)
+    ds = ds.drop_vars(["y", "x"])
+    path = _write(ds, tmp_path / "d.zarr")
+    area = np.random.default_rng(7).uniform(0.5, 2.0, (6, 7))
+    xr.Dataset({"a": (("y", "x"), area)}).to_netcdf(tmp_path / "area.nc")
+    out = tmp_path / "w.nc"
+    args = ["compute", path, "--weights", f"{tmp_path / 'area.nc'}:a", "--variables", "t2m"]
+    assert main([*args, "--output", str(out), "--diff-steps", "1", "--quiet"]) == 0
+    ref = weighted_reference(truth["t2m"], area, steps=(1,))
+    stream = read_stats(out).streams["t2m__train"]
+    np.testing.assert_allclose(stream.mean, ref["values"][0], rtol=1e-12)
+    np.testing.assert_allclose(stream.std, ref["values"][1], rtol=1e-12)
 
 
 def test_weights_on_other_coordinates_are_refused(store, tmp_path, capsys):
