@@ -32,7 +32,7 @@ from wxstats.core.errors import InputError
 from wxstats.sources.xarray.align import align_to, coordinate_values, coordinates_along
 from wxstats.sources.xarray.decode import decode_into, decoding
 from wxstats.sources.xarray.layout import Variable
-from wxstats.sources.xarray.open import first_line, is_url, open_one
+from wxstats.sources.xarray.open import NETCDF_SUFFIXES, first_line, is_url, open_one
 
 COSLAT = "coslat"
 LATITUDE_NAMES = ("lat", "latitude", "nav_lat", "XLAT")
@@ -40,7 +40,6 @@ LATITUDE_UNITS = ("degrees_north", "degree_north", "degree_N", "degrees_N", "deg
 DEGREES = {u.lower() for u in LATITUDE_UNITS} | {"degree", "degrees", "deg", "°", "°n"}
 RADIANS = {"radian", "radians", "rad"}
 """Units a latitude may have (compared in lower case); none given means degrees."""
-DATA_SUFFIXES = (".nc", ".nc4", ".cdf", ".netcdf", ".h5", ".hdf5", ".he5", ".zarr")
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,8 @@ def _file_and_name(spec: str, ds: Any) -> tuple[str, str] | None:
         return None
     if is_url(file) or Path(file).exists():
         return file, name
-    if os.sep in file or "/" in file or file.lower().rstrip("/").endswith(DATA_SUFFIXES):
+    suffix = file.lower().rstrip("/").endswith((".zarr", *NETCDF_SUFFIXES))
+    if suffix or os.sep in file or "/" in file:
         raise InputError(f"--weights {spec}: weights file {file} not found")
     return None
 
