@@ -50,7 +50,7 @@ from wxstats.sources.xarray.timeaxis import (
     time_values,
     where_in,
 )
-from wxstats.sources.xarray.weights import grid_weights, weight_field, weights_digest
+from wxstats.sources.xarray.weights import grid_weights, weight_field
 from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
@@ -369,8 +369,7 @@ class XarraySource:
         for v in self.vars:
             grid = (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims))
             if grid not in per_grid:
-                weights = grid_weights(self.weight_field, v)
-                per_grid[grid] = (weights, weights_digest(weights))
+                per_grid[grid] = grid_weights(self.weight_field, v, self.parts[0].ds, self.path)
             v.weights, digests[v.name] = per_grid[grid]
         self._weights_identity = {"method": self.weight_field.method, "digests": digests}
 
