@@ -145,7 +145,7 @@ def blocks_accumulator(
                     raise InputError(
                         f"{here}: variable(s) {', '.join(spec.features)}: values more than "
                         "2**20 times their first time step's spread away from it; time means "
-                        "(makani's time_means) cannot be summed exactly"
+                        "(makani's time_means, ACE's time-mean.nc) cannot be summed exactly"
                     ) from None
             try:
                 acc.add(spec.name, sums, per_step, at)

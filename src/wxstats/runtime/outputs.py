@@ -80,8 +80,8 @@ def open_source(options: ComputeOptions) -> Source:
             "--summary), not with --write-into or --format graphcast"
         )
     makani = options.output_format == "makani"
-    if makani:
-        _refuse_for_makani(options)
+    if options.output_format in FOLDER_FORMATS:
+        _refuse_for_folder_format(options)
     if options.weights not in (None, "none") and options.write_into:
         # the store's statistics arrays are rewritten in place with no record of how they
         # were computed, and mllam-data-prep's own statistics are unweighted: a weighted
@@ -101,7 +101,7 @@ def open_source(options: ComputeOptions) -> Source:
             weights=None
             if options.weights == "none"
             else options.weights or ("coslat" if makani else None),
-            time_means=makani,
+            time_means=options.output_format in FOLDER_FORMATS,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -113,18 +113,23 @@ def open_source(options: ComputeOptions) -> Source:
     )
 
 
-def _refuse_for_makani(options: ComputeOptions) -> None:
-    """What makani's files cannot hold, refused before any data is read."""
+FOLDER_FORMATS = {"makani": ".npy files", "ace": "netCDF files"}
+"""Formats writing a folder with per-grid-point time means: what their files are."""
+
+
+def _refuse_for_folder_format(options: ComputeOptions) -> None:
+    """What makani's or ACE's files cannot hold, refused before any data is read."""
+    fmt = options.output_format
     given = {
         "--output (give --output-dir)": options.output is not None,
         "--write-into": options.write_into,
         "--state": options.state is not None or options.base_state is not None,
-        "--skipna (makani's time means keep a NaN)": options.skipna,
+        f"--skipna ({fmt}'s time means keep a NaN)": options.skipna,
     }
     flags = [flag for flag, value in given.items() if value]
     if flags:
         raise WxstatsError(
-            f"--format makani writes a folder of .npy files; not with {', '.join(flags)}"
+            f"--format {fmt} writes a folder of {FOLDER_FORMATS[fmt]}; not with {', '.join(flags)}"
         )
 
 
@@ -158,6 +163,38 @@ def _makani_outputs(
         return {folder / name: None for name in makani_files(steps)}
     ((_, shape),) = grids
     return dict(makani_outputs(stats, folder, splits[0], steps, shape))
+
+
+def _ace_outputs(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """ACE's files: one split, one residual step, one field with time per variable name."""
+    from wxstats.io.formats.ace import ACE_FILES, ace_outputs
+
+    splits, steps = [s.name for s in source.splits], source.diff_steps
+    if len(splits) != 1 or len(steps) != 1:
+        raise WxstatsError(
+            f"{source.path}: --format ace writes the statistics of one split and one residual "
+            f"step (this run has splits {', '.join(splits)} and steps "
+            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
+        )
+    bad = [
+        f"{v.name}: {'no time' if not v.has_time else ', '.join(v.feature_dims)}"
+        for v in source.vars
+        if not v.has_time or v.feature_dims
+    ]
+    if bad:
+        raise WxstatsError(
+            f"{source.path}: --format ace needs one field with time per variable (ACE reads a "
+            f"scalar per name; choose others with --variables); found {'; '.join(bad)}"
+        )
+    folder = Path(options.output_dir or ".")
+    if stats is None:
+        return {folder / name: None for name in ACE_FILES}
+    grids = {
+        v.name: (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars
+    }
+    return dict(ace_outputs(stats, folder, splits[0], steps[0], grids))
 
 
 def _refuse_xarray_options(options: ComputeOptions) -> None:
@@ -282,6 +319,8 @@ def planned_outputs(
         outputs.update(_graphcast_outputs(source, stats, options))
     elif options.output_format == "makani":
         outputs.update(_makani_outputs(source, stats, options))
+    elif options.output_format == "ace":
+        outputs.update(_ace_outputs(source, stats, options))
     else:
         from wxstats.sources.xarray import output_stem
 
