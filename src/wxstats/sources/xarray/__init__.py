@@ -33,7 +33,7 @@ from wxstats.sources.xarray.blocks import (
     shared_steps,
 )
 from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
-from wxstats.sources.xarray.decode import decoding
+from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
@@ -117,7 +117,9 @@ class XarraySource:
             self.options.feature_dims,
         )
         self._decodings = {
-            (i, v.name): decoding(p.ds.variables[v.name], f"{p.path}: variable {v.name}")
+            (i, v.name): decoding(
+                p.ds.variables[v.name], f"{p.path}: variable {v.name}", not is_zarr(p.path)
+            )
             for i, p in enumerate(self.parts)
             for v in self.vars
             if v.has_time or i == 0
@@ -183,9 +185,9 @@ class XarraySource:
         out = {}
         for v in self.vars:
             fill = self._chunks.fill_value(v.name) if self._chunks else None
+            stored = self.parts[0].ds.variables[v.name].dtype
             dec = self._decodings[(0, v.name)]
-            nan = fill is not None and np.asarray(fill).dtype.kind == "f" and np.isnan(fill)
-            out[v.name] = bool(nan or (fill is not None and any(fill == f for f in dec.fills)))
+            out[v.name] = fill is not None and is_missing(fill, stored, dec)
         return out
 
     def _where(self, time_index: int) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.sources.xarray.decode import Decoding, decode_into
+from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
 from wxstats.sources.xarray.open import first_line
 from wxstats.sources.xarray.timeaxis import Part, Split
@@ -121,8 +121,8 @@ def read_slab(
             ) from None
         raw = raw.reshape(b - a, v.n_grid, v.n_features)
         dec = decodings[(i, v.name)]
-        plain = dec == Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype
-        if plain and (a, b) == (r0, r1):
+        if dec.plain and raw.dtype == v.out_dtype and (a, b) == (r0, r1):
+            refuse_unwritten(raw, dec, f"{p.path}: variable {v.name}")
             return np.ascontiguousarray(raw)  # nothing to decode: usually no copy
         if out is None:
             out = np.empty(shape, dtype=v.out_dtype)
@@ -134,7 +134,8 @@ def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable, path: str) -> np.nd
     """Raw values in ``(time, grid..., features...)`` order, decoded as
     ``(time, grid, features)`` (no copy when there is nothing to decode)."""
     raw = raw.reshape(raw.shape[0], v.n_grid, v.n_features)
-    if dec == Decoding(None, None, (), False, raw.dtype) and raw.dtype == v.out_dtype:
+    if dec.plain and raw.dtype == v.out_dtype:
+        refuse_unwritten(raw, dec, f"{path}: variable {v.name}")
         return np.ascontiguousarray(raw)
     out = np.empty(raw.shape, dtype=v.out_dtype)
     decode_into(raw, dec, out, f"{path}: variable {v.name}")
