@@ -211,7 +211,7 @@ class XarraySource:
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
             "reduced_dims": ",".join(sorted({d for v in self.vars for d in v.grid_dims})),
             "decoding": "packed integers decoded in float64 as raw * scale_factor + add_offset; "
-            "_FillValue and missing_value are NaN",
+            "_FillValue and missing_value are NaN; netCDF default fills without _FillValue refused",
             "diff_definition": "x[t] - x[t-k] over pairs with both times inside the split",
         }
 

@@ -185,7 +185,7 @@ def refuse_unwritten(raw: np.ndarray, dec: Decoding, where: str) -> None:
     hit = raw == dec.unwritten
     if hit.any():
         raise InputError(
-            f"{where}: {int(hit.sum())} values equal netCDF's default fill value "
+            f"{where}: values equal netCDF's default fill value "
             f"{dec.unwritten} ({raw.dtype}) and the variable has no _FillValue: they look never "
             "written (a file still being written?). Finish the file, or give the variable "
             "a _FillValue attribute to count them as missing (--skipna)"
