@@ -93,6 +93,10 @@ class Case:
     big_endian: bool = False
     written: int = 0  # steps written (netCDF4: the rest is never written)
 
+    def __str__(self) -> str:
+        """Every field, the values exactly (to rerun a falsifying example)."""
+        return f"{self!r} raw={self.raw.tolist()!r} stored={self.stored.str}"
+
 
 FORMATS = ["nc4", "nc4-contiguous", "nc4-zlib", "nc3", "zarr"]
 NC3_TYPES = ["i1", "i2", "i4", "f4", "f8"]
@@ -395,3 +399,18 @@ def test_never_written_chunk_of_bytes_without_fill_is_data(tmp_path):
     case = Case("nc4", np.dtype("i1"), raw, chunks=(2, 2, 2), written=3)
     write(case, tmp_path / "v.nc")
     check(tmp_path / "v.nc", case)
+
+
+def test_constant_series_whose_first_steps_are_nan_has_std_zero(tmp_path):
+    """Found by the differential test: the shift came from the first step only, 0
+    when it is NaN, leaving sqrt(eps) of spread (std 2.1e-6 for a constant 273.15)."""
+    x = np.float32(0.0008216181304305792)
+    for n_nan in (1, 3, 30):
+        raw = np.array([np.nan] * n_nan + [x] * 3, dtype=np.float32).reshape(-1, 1, 1)
+        case = Case("nc4", np.dtype("f4"), raw, {"add_offset": np.float32(273.15)}, None)
+        case.chunks, case.written = (1, 1, 1), raw.shape[0]
+        write(case, tmp_path / f"v{n_nan}.nc")
+        stream = compute(str(tmp_path / f"v{n_nan}.nc"), skipna=True, block_mb=1e-6)
+        got = stream.streams["v__train"]
+        value = np.float64(x) + np.float64(np.float32(273.15))
+        assert (got.count[0], got.mean[0], got.std[0]) == (3, value, 0.0)

@@ -27,6 +27,7 @@ from wxstats.core.kernels import Block
 from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
+    first_values,
     plan_blocks,
     read_slab,
     read_static,
@@ -299,8 +300,20 @@ class XarraySource:
                     out[name] = Block(static[v.name], self._channels(v), (0, 1))
                     continue
                 array = self._read(v, split.start, stop)
-                diffs = {k: (k, k + 1) if k < array.shape[0] else (0, 0) for k in self.diff_steps}
-                out[name] = Block(array, self._channels(v), (0, 1), diffs)
+                n = array.shape[0]
+                later = first_values(
+                    lambda a, b, v=v: self._read(v, a, b),
+                    self._channels(v),
+                    array,
+                    (split.start + n, split.stop),
+                    self.options.block_bytes,
+                )
+                off = 0
+                if later is not None:  # [first step, later steps..., the steps read]
+                    off = 1 + later.shape[0]
+                    array = np.concatenate([array[:1], later, array])
+                diffs = {k: (off + k, off + k + 1) if k < n else (0, 0) for k in self.diff_steps}
+                out[name] = Block(array, self._channels(v), (0, max(off, 1)), diffs)
         return out
 
     def prefetch(self, index: int) -> None:

@@ -9,6 +9,7 @@ times in a split is counted exactly once, attributed to its later time ``t``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -156,3 +157,32 @@ def read_static(parts: list[Part], v: Variable, decodings: dict[tuple[int, str],
     where = f"{parts[0].path}: variable {v.name}"
     decode_into(raw.reshape(1, v.n_grid, v.n_features), decodings[(0, v.name)], out, where)
     return out
+
+
+def first_values(
+    read: Callable[[int, int], np.ndarray],
+    channels: np.ndarray,
+    array: np.ndarray,
+    steps: tuple[int, int],
+    block_bytes: int,
+) -> np.ndarray | None:
+    """For each channel without a value (all NaN) in ``array``'s first step, the
+    first later step where it has one: ``array``'s own, then steps ``[a, stop)``
+    read by ``read(a, b)`` in windows of at most a block, keeping only those
+    (``None``: none needed). The reference is taken from them, as a shift of 0
+    far from the data leaves ``sqrt(eps)`` of spurious spread (std 2e-6 for a
+    constant 273.15 whose first step is NaN)."""
+    a, stop = steps
+    missing = ~np.isfinite(array[0][:, channels]).any(axis=0)
+    rows, found = [], array[1:]
+    window = max(1, block_bytes // max(1, array[0].nbytes))
+    while missing.any():
+        hit = np.isfinite(found[..., channels]).any(axis=1) & missing  # (steps, channels)
+        for t in np.flatnonzero(hit.any(axis=1)):
+            rows.append(found[t : t + 1])
+            missing &= ~hit[t]
+        if not missing.any() or a >= stop:
+            break
+        b = min(stop, a + window)
+        found, a = read(a, b), b
+    return np.concatenate(rows) if rows else None
