@@ -39,7 +39,7 @@ and the expectation says what wxstats does instead (docs/gridded.md,
   stored values, as CF says (fill values are packed values).
 
 Profiles: ``quick`` (default, under a minute) and ``long``
-(``WXSTATS_HYPOTHESIS_PROFILE=long``, a few thousand files).
+(``WXSTATS_HYPOTHESIS_PROFILE=long``, 10000 files, a few minutes).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from wxstats.core.errors import InputError
@@ -70,7 +70,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "long",
-    max_examples=3000,
+    max_examples=10000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -311,6 +311,8 @@ def summary(values: np.ndarray) -> dict[str, float]:
 def check(path: Path, case: Case) -> None:
     named = named_differences(case)
     refused = "DEFAULT_FILL" in named
+    for name in named:
+        event(name)
     reference = xarray_reference(path, case)
     if reference is None:
         return  # xarray cannot decode it: nothing to compare with
@@ -328,6 +330,7 @@ def check(path: Path, case: Case) -> None:
         except InputError as exc:
             message = str(exc)
             assert "\n" not in message and "variable v" in message
+            event("refused")
             if want["count"] == 0 and not refused:
                 assert "no finite values" in message
                 return
@@ -356,6 +359,7 @@ def check(path: Path, case: Case) -> None:
 @given(case=cases())
 def test_decoding_matches_xarray(case, tmp_path_factory):
     path = tmp_path_factory.mktemp("dec") / ("v.zarr" if case.fmt == "zarr" else "v.nc")
+    event(f"{case.fmt} {case.stored}{' big-endian' if case.big_endian else ''}")
     write(case, path)
     check(path, case)
 
