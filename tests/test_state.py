@@ -433,7 +433,7 @@ def test_checkpoint_remembers_the_reference_state(data, tmp_path, capsys):
     assert main([*run, "--reference-state", str(root / "a.wxstate")]) == 0
     again = [*run, "--resume", "--overwrite", "--reference-state", str(own)]
     assert main(again) == 2
-    assert "option references" in capsys.readouterr().err
+    assert "shift/scale references (--reference-state" in capsys.readouterr().err
     resumed = [*run, "--resume", "--overwrite", "--reference-state", str(root / "a.wxstate")]
     assert main(resumed) == 0
     assert values(tmp_path / "s.nc") == values(root / "b.stats.nc")

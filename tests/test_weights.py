@@ -227,7 +227,7 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
 
 
 def test_weights_must_match_to_grow(store, tmp_path, capsys):
-    """An update takes the state's weights; other latitudes, or a state summed
+    """An update takes the state's weights; other latitudes (named, with their range), or a state summed
     without weights, are refused."""
     root, ds, _ = store
     a = tmp_path / "a.wxstate"
@@ -241,7 +241,7 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
         tmp_path,
         ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
         "moved.zarr",
-        "--weights coslat: other weights",
+        "lat differs: ascending -81..88 (6 values) in",
     )
     plain = tmp_path / "plain.wxstate"
     args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]

@@ -19,7 +19,6 @@ all-reduce join the new sums to the state's and keep the result to write.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +32,13 @@ from wxstats.core.kernels import Block
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator, references
+from wxstats.runtime.identity import references_digest
 from wxstats.runtime.state import (
     Coverage,
     State,
     check_source,
     coverage_of,
     identity_of,
-    reference_parts,
     refuse_mismatch,
     refuse_other_references,
 )
@@ -156,11 +155,10 @@ def _join_edges(prev: State, nxt: State) -> tuple[dict, dict]:
 
 def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
     """One state of disjoint ``states`` (any order), as one run over all of them."""
-    first = states[0]
-    for other in states[1:]:
-        refuse_mismatch(first, other.identity, other.name, verb)
-        refuse_other_references(first, other, verb)
     ordered = sorted(states, key=lambda s: s.coverage.first)
+    for other in ordered[1:]:  # the earliest range's references are the full run's
+        refuse_mismatch(ordered[0], other.identity, other.name, verb)
+        refuse_other_references(ordered[0], other, verb)
     total = ordered[0]
     acc = total.acc.empty_like()
     acc.merge(total.acc)
@@ -281,12 +279,9 @@ class Growth:
         return self.base or self.reference
 
     def reference_key(self) -> str | None:
-        """What the references taken from a state are, for a checkpoint's
-        fingerprint (resuming with another state's references is refused)."""
-        if self._from is None:
-            return None
-        parts = [x for r in reference_parts(self._from.refs) for x in (r.shift, r.scale)]
-        return hashlib.sha256(b"".join(a.tobytes() for a in parts)).hexdigest()[:16]
+        """The references taken from a state, for the run's identity (resuming
+        or joining ranks with another state's references is refused)."""
+        return references_digest(self._from.refs) if self._from is not None else None
 
     def check(self, source: Source, skipna: bool) -> None:
         """Refuse, before any data is read, what cannot become a state or grow one."""
