@@ -488,3 +488,31 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
     assert "saved" in words and _done_in(tmp_path / "ck") == {0, 1, 2}
     release.set()
     worker.join(30)
+
+
+def test_resume_refuses_other_channels_or_config(meps_copy, tmp_path, monkeypatch, capsys):
+    """The channels read (remove_state_features_with_index) and the datastore
+    config's content are part of what the sums are: a resume with others would
+    add old sums of some channels to new sums of others under the same names."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    original = meps_copy.read_text()
+    meps_copy.write_text(
+        original.replace(
+            "remove_state_features_with_index:\n  - 15", "remove_state_features_with_index:\n  - 14"
+        )
+    )
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint is of another run (channels read" in err[0], err
+    assert (
+        "13, 14, 16, 17 in the checkpoint, 0, " in err[0] and "13, 15, 16, 17 in this run" in err[0]
+    )
+    meps_copy.write_text(original + "\n# another comment\n")
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    assert "(datastore config file content: " in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    assert _done_in(ck) == {0, 1, 2, 3, 4}

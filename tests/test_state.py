@@ -560,3 +560,45 @@ def test_update_only_new_of_a_store_appended_in_place(data, tmp_path, capsys):
     assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "t2m", "changed")
     args = ["update", str(root / "a.wxstate"), str(root / "a.zarr"), "--only-new"]
     assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "nothing to add")
+
+
+@pytest.mark.parametrize("weights", [[], ["--weights", "coslat"]])
+def test_new_data_on_another_grid_of_the_same_shape_is_refused(tmp_path, capsys, weights):
+    """Labels, not positions: latitudes flipped (ERA5's descending order against
+    an ascending store: symmetric, so even cos(latitude) weights are the same
+    numbers) or shifted by a degree are another grid; update, merge and
+    --reference-state refuse them naming the coordinate."""
+    ds, _ = gridded(n_time=30, seed=7)
+    ds = ds.rename(y="latitude", x="longitude").assign_coords(
+        latitude=np.linspace(-75.0, 75.0, 6), longitude=np.arange(7.0) * 10
+    )
+    write_zarr(ds.isel(time=slice(0, 15)), tmp_path / "a.zarr")
+    later = ds.isel(time=slice(15, 30))
+    write_zarr(later.isel(latitude=slice(None, None, -1)), tmp_path / "flipped.zarr")
+    write_zarr(later.assign_coords(latitude=later.latitude + 1), tmp_path / "shifted.zarr")
+    a = tmp_path / "a.wxstate"
+    run = ["--output", str(tmp_path / "a.nc"), *weights, *STEPS]
+    assert main(["compute", str(tmp_path / "a.zarr"), "--state", str(a), *run]) == 0
+    out = ["--state", str(tmp_path / "ab.wxstate"), "--output", str(tmp_path / "ab.nc")]
+    for name, text in (
+        ("flipped", "descending 75..-75 (6 values)"),
+        ("shifted", "ascending -74..76 (6 values)"),
+    ):
+        line = assert_refused(
+            capsys,
+            tmp_path,
+            ["update", str(a), str(tmp_path / f"{name}.zarr"), *out],
+            f"{name}.zarr: cannot update",
+            f"latitude differs: {text} in",
+            "ascending -75..75 (6 values) in",
+        )
+        assert "a.wxstate" in line
+    # a state of the other grid, computed on its own: merge refuses it on the grid first
+    own = tmp_path / "flipped.wxstate"
+    args = ["compute", str(tmp_path / "flipped.zarr"), "--state", str(own)]
+    assert main([*args, "--output", str(tmp_path / "f.nc"), *weights, *STEPS]) == 0
+    args = ["merge", str(own), str(a), "--output", str(tmp_path / "m.nc")]
+    assert_refused(capsys, tmp_path, args, "flipped.wxstate", "latitude differs: descending")
+    args = ["compute", str(tmp_path / "shifted.zarr"), "--state", str(tmp_path / "s.wxstate")]
+    args += ["--reference-state", str(a), "--output", str(tmp_path / "s.nc"), *weights, *STEPS]
+    assert_refused(capsys, tmp_path, args, "shifted.zarr", "latitude differs: ascending -74..76")

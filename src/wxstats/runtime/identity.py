@@ -46,7 +46,7 @@ PARTS = {"state": ("data",), "ranks": ("data", "run"), "checkpoint": ("data", "r
 _ORDER = (
     "data", "run", "version", "kind", "split", "time_dim", "variables", "features", "units",
     "grid", "coords", "channels", "config", "diff_steps", "skipna", "by", "weights",
-    "references", "times", "splits", "window", "inputs", "samples", "wxstats_version",
+    "references", "times", "splits", "period", "window", "inputs", "samples", "wxstats_version",
     "files", "arrays",
 )  # fmt: skip
 """The order keys are compared in: the first difference named is the most telling."""
@@ -66,6 +66,7 @@ _NAMES = {
     "references": "shift/scale references (--reference-state or the updated state)",
     "times": "time axis (first, last, steps)",
     "splits": "splits (name, first and end step; --split, --period)",
+    "period": "--period",
     "window": "statistics window",
     "samples": "samples (number; digest of their sizes, --block-mb)",
     "wxstats_version": "wxstats version",
@@ -171,10 +172,10 @@ def _coords(a: dict, b: dict, here: str, there: str) -> str | None:
     return None
 
 
-def _weights(a: Any, b: Any) -> str:
+def _weights(a: Any, b: Any, here: str, there: str) -> str:
     ma, mb = (a or {}).get("method"), (b or {}).get("method")
     if ma != mb:
-        return f"--weights {ma or 'none'} vs {mb or 'none'}"
+        return f"--weights {ma or 'none'} in {here}, {mb or 'none'} in {there}"
     return f"--weights {ma}: other weights (another grid or latitudes)"
 
 
@@ -186,7 +187,7 @@ def _differ(key: str, x: Any, y: Any, here: str, there: str) -> str | None:
     if key == "coords":
         return _coords(x, y, here, there)
     if key == "weights":
-        return _weights(x, y)
+        return _weights(x, y, here, there)
     if key in ("files", "inputs"):
         return _named_lists(key, x, y, here, there)
     if key == "arrays":

@@ -349,7 +349,7 @@ class MepsSource:
                 "config": hashlib.sha256(self.config_path.read_bytes()).hexdigest()[:16],
                 "diff_steps": [self.step_length],
             },
-            "run": {"inputs": [f[:2] for f in listing]},
+            "run": {"period": self.period, "inputs": [f[:2] for f in listing]},
             "files": {"files": listing} if files else {},
         }
 
