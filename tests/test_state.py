@@ -237,8 +237,11 @@ def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
         )
         == 0
     )
-    args = ["merge", str(root / "a.wxstate"), str(own), "--output", str(tmp_path / "m.nc")]
-    assert_refused(capsys, tmp_path, args, "b-own.wxstate", "references", "--reference-state")
+    # in either order, the advice is the README's: the later range takes the earliest's
+    advice = f"recompute {own} with --reference-state {root / 'a.wxstate'}"
+    for pair in ([str(root / "a.wxstate"), str(own)], [str(own), str(root / "a.wxstate")]):
+        args = ["merge", *pair, "--output", str(tmp_path / "m.nc")]
+        assert_refused(capsys, tmp_path, args, f"{own}: cannot merge", "references", advice)
     args = [
         "merge",
         str(root / "a.wxstate"),
