@@ -389,6 +389,13 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
         )
         grown = nxt
     assert values(tmp_path / "up-r.stats.nc") == values(root / "full.nc")
+    # the 3-step range filling a gap later: the differences from r reach across it into p
+    gapped = tmp_path / "apr.wxstate"
+    states = [str(root / "a.wxstate"), str(tmp_path / "p.wxstate"), str(tmp_path / "r.wxstate")]
+    assert main(["merge", *states, "--state", str(gapped), "--allow-gap", "--quiet"]) == 0
+    args = ["merge", str(gapped), str(tmp_path / "q.wxstate"), "--output", str(out)]
+    assert main([*args, "--overwrite", "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
 
 
 def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path, capsys):
@@ -605,3 +612,29 @@ def test_new_data_on_another_grid_of_the_same_shape_is_refused(tmp_path, capsys,
     args = ["compute", str(tmp_path / "shifted.zarr"), "--state", str(tmp_path / "s.wxstate")]
     args += ["--reference-state", str(a), "--output", str(tmp_path / "s.nc"), *weights, *STEPS]
     assert_refused(capsys, tmp_path, args, "shifted.zarr", "latitude differs: ascending -74..76")
+
+
+def test_merge_fills_the_gap_of_a_state(data, tmp_path, capsys):
+    """A state merged across a gap (--allow-gap) keeps each range's edge steps:
+    the state of the missing range fills the gap later, seams on both sides,
+    and gives the full run's bytes (coverage is a set of ranges, not first/last)."""
+    root, truth = data
+    ac = tmp_path / "ac.wxstate"
+    pair = [str(root / "a.wxstate"), str(root / "c.wxstate")]
+    assert main(["merge", *pair, "--state", str(ac), "--allow-gap", "--quiet"]) == 0
+    assert main(["merge", str(ac), "--output", str(tmp_path / "ac.nc"), "--quiet"]) == 0
+    with xr.open_dataset(tmp_path / "ac.nc") as ds:
+        assert "2021-01-01T19:00:00 to 2021-01-02T11:00:00" in ds.attrs["source_gaps"]
+    out = tmp_path / "abc.nc"
+    assert main(["merge", str(root / "b.wxstate"), str(ac), "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+    stats = read_stats(out)
+    for var in ("t2m", "z", "msl"):
+        assert_stream_matches(
+            stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
+        )
+    with xr.open_dataset(out) as ds:
+        assert "source_gaps" not in ds.attrs
+    # what overlaps a range of the gapped state is still refused
+    args = ["merge", str(ac), str(root / "a.wxstate"), "--output", str(tmp_path / "x.nc")]
+    assert_refused(capsys, tmp_path, args, "overlaps", "a.wxstate")

@@ -34,14 +34,22 @@ from wxstats.sources.base import Source
 
 @dataclass(frozen=True)
 class Coverage:
-    """The time steps a state covers: ``n`` equally spaced steps from ``first``
-    to ``last`` (datetimes as int64 nanoseconds); ``step`` is None for one step."""
+    """The time steps a state covers: ``n`` steps from ``first`` to ``last``
+    (datetimes as int64 nanoseconds), ``step`` apart (None for one step); with
+    gaps (``--allow-gap``), ``ranges`` lists the contiguous ranges as
+    ``[first, last, n]`` (None: one range), so a later merge may fill a gap."""
 
     dtype: str
     first: int | float
     last: int | float
     n: int
     step: int | float | None
+    ranges: list[list[int | float]] | None = None
+
+    @property
+    def spans(self) -> list[list[int | float]]:
+        """``[first, last, n]`` of each contiguous range, in time order."""
+        return self.ranges or [[self.first, self.last, self.n]]
 
     def label(self, value: int | float) -> str:
         from wxstats.sources.xarray.timeaxis import fmt_time
@@ -62,7 +70,7 @@ class Coverage:
         return f"{self.label(self.first)} to {self.label(self.last)} ({self.n} steps)"
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step")}
+        return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step", "ranges")}
 
     @staticmethod
     def values_of(times: np.ndarray) -> np.ndarray:
@@ -168,6 +176,8 @@ class State:
     reference_origin: str
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
+    """Variable -> the first (last) ``min(reach, n)`` steps of each range of the
+    coverage, one after the other."""
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     """Variable name -> its grid-point weights (a weighted state, ``--weights``)."""
     datasets: list[list[str]] = field(default_factory=list)
@@ -264,6 +274,29 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
     """The identity two states must share to be combined: the ``data`` part of
     the run's identity (:mod:`wxstats.runtime.identity`)."""
     return run_identity(source, skipna, who="state")["data"]
+
+
+def state_of_run(
+    source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool, origin: str
+) -> State:
+    """The state of a finished run over ``source`` (reads its edge time steps)."""
+    split = source.splits[0]
+    coverage = coverage_of(source)
+    reach = max(source.diff_steps)
+    n = min(reach, coverage.n)
+    return State(
+        identity=identity_of(source, skipna),
+        specs=list(source.streams),
+        coverage=coverage,
+        acc=acc,
+        refs=refs,
+        reference_origin=origin,
+        head=source.steps(split.start, split.start + n),
+        tail=source.steps(split.stop - n, split.stop),
+        weights={v.name: v.weights for v in source.vars if v.weights is not None},
+        datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
+        attrs=dict(source.attrs),
+    )
 
 
 def check_source(source: Source, what: str) -> None:
