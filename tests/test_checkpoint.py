@@ -516,3 +516,15 @@ def test_resume_refuses_other_channels_or_config(meps_copy, tmp_path, monkeypatc
     assert "(datastore config file content: " in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
     assert _done_in(ck) == {0, 1, 2, 3, 4}
+
+
+def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 0
+    manifest = ck / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
+    capsys.readouterr()
+    assert _compute(meps_copy, tmp_path / "again", "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint written by another wxstats (manifest format 1" in err[0]
+    assert "start afresh" in err[0]

@@ -638,3 +638,17 @@ def test_merge_fills_the_gap_of_a_state(data, tmp_path, capsys):
     # what overlaps a range of the gapped state is still refused
     args = ["merge", str(ac), str(root / "a.wxstate"), "--output", str(tmp_path / "x.nc")]
     assert_refused(capsys, tmp_path, args, "overlaps", "a.wxstate")
+
+
+def test_a_state_without_the_grids_coordinates_is_refused(data, tmp_path, capsys):
+    """States written before the identity held the coordinates cannot be checked
+    against new data's grid: refused in one line, saying to recompute."""
+    root, _ = data
+    old = State.read(str(root / "a.wxstate"))
+    for key in ("version", "coords"):
+        old.identity.pop(key)
+    old.writer()(tmp_path / "old.wxstate")
+    line = assert_refused(
+        capsys, tmp_path, _update(root, tmp_path, tmp_path / "old.wxstate", root / "b.zarr")
+    )
+    assert "old.wxstate: a state written by wxstats" in line and "recompute it" in line

@@ -205,7 +205,9 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             check_outputs(source, options, growth.paths() if growth else [])
         sizes = sample_sizes(source)
         # what every rank must agree on (not the files: data staged per node is fine)
-        world.begin(sizes, run_identity(source, options.skipna, refs_key, "ranks"), progress)
+        many = world.world_size > 1
+        identity = run_identity(source, options.skipna, refs_key, "ranks") if many else {}
+        world.begin(sizes, identity, progress)
         end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
