@@ -187,12 +187,12 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     acc = first.acc.empty_like()
     acc.merge(first.acc)
     static = first.static_streams
-    step = first.coverage.step
+    ruler = first  # the first state with a time step (more than one step) gives it
     for other in ordered[1:]:  # the earliest range's references are the full run's
         refuse_mismatch(first, other.identity, other.name, verb)
         refuse_other_references(first, other, verb)
-        found = _check_axis(first, other, verb)
-        step = step if step is not None else found
+        _check_axis(ruler, other, verb)
+        ruler = ruler if ruler.coverage.step is not None else other
         for name in static:
             if not np.array_equal(
                 np.concatenate(_packed(first.acc, name)), np.concatenate(_packed(other.acc, name))
@@ -202,7 +202,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
                     f"{first.name}'s; a static field must be the same in every range"
                 )
         acc.merge(_time_streams(other.acc, static))
-    cov = first.coverage
+    cov, step = first.coverage, ruler.coverage.step
     pieces = sorted((p for i, s in enumerate(ordered) for p in spans(s, i)), key=lambda p: p.first)
     joined = [pieces[0]]
     for nxt in pieces[1:]:
@@ -242,7 +242,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
             sum(r[2] for r in ranges),
             step,
             ranges if len(ranges) > 1 else None,
-        ),  # fmt: skip
+        ),
         acc=acc,
         refs=first.refs,
         reference_origin=first.reference_origin,
