@@ -394,5 +394,5 @@ def test_flipped_latitudes_are_other_weights(tmp_path, capsys):
         tmp_path,
         ["update", str(state), b, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
         "b.zarr",
-        "--weights coslat: other weights",
+        "lat differs: descending 75..-75 (6 values) in",  # the run identity's grid, first
     )
