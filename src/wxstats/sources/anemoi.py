@@ -347,13 +347,20 @@ class AnemoiSource:
     def inputs(self) -> list[str]:
         return [self.path]
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`)."""
         where = os.path.realpath(self.path)
         return {
-            "kind": KIND,
-            "files": [[where, None, None]],
-            "arrays": array_fingerprints(where, ["data", "dates"]),
-            "window": [self.start, self.stop],
-            "variables": list(self.variables),
-            "diff_steps": list(self.diff_steps),
+            "data": {
+                "kind": KIND,
+                "features": list(self.variables),
+                "diff_steps": list(self.diff_steps),
+            },
+            "run": {"window": [self.start, self.stop]},
+            "files": {
+                "files": [[where, None, None]],
+                "arrays": array_fingerprints(where, ["data", "dates"]),
+            }
+            if files
+            else {},
         }
