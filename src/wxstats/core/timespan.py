@@ -28,3 +28,14 @@ def span_name(seconds: int) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def diff_label(step: int | None, seconds: int | None = None) -> str:
+    """How every table, message and file names a difference step: by its time
+    span (``diff 6h``) whatever the source counts steps in, else by its steps
+    (``diff 3 steps``: a numeric time axis), ``diff`` when a file says neither."""
+    if seconds:
+        return f"diff {span_name(seconds)}"
+    if step is None:
+        return "diff"
+    return f"diff {step} step{'s' if step != 1 else ''}"
