@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.timespan import diff_label, span_name
+from wxstats.core.timespan import diff_label, span_name, step_text
 
 CATEGORIES = ("state", "forcing", "static")
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
@@ -160,6 +160,10 @@ class StreamStats:
         """``diff 6h`` (or ``diff 3 steps`` without a known span): the one name of
         a difference step in tables, messages and files."""
         return diff_label(step, self.diff_span.get(step))
+
+    def step_text(self, step: int | None) -> str:
+        """``6h`` (``3 steps`` without a known span; ``""``: no step known)."""
+        return step_text(step, self.diff_span.get(step))
 
     def diff_span_name(self, step: int | None) -> str | None:
         """``6h``: the span of ``step`` as files write it, None when not known."""

@@ -30,12 +30,19 @@ def span_name(seconds: int) -> str:
     return f"{seconds}s"
 
 
-def diff_label(step: int | None, seconds: int | None = None) -> str:
-    """How every table, message and file names a difference step: by its time
-    span (``diff 6h``) whatever the source counts steps in, else by its steps
-    (``diff 3 steps``: a numeric time axis), ``diff`` when a file says neither."""
+def step_text(step: int | None, seconds: int | None = None) -> str:
+    """What a difference step spans: its time span (``6h``) whatever the source
+    counts steps in, else its steps (``3 steps``: a numeric time axis), ``""``
+    when a file says neither."""
     if seconds:
-        return f"diff {span_name(seconds)}"
+        return span_name(seconds)
     if step is None:
-        return "diff"
-    return f"diff {step} step{'s' if step != 1 else ''}"
+        return ""
+    return f"{step} step{'s' if step != 1 else ''}"
+
+
+def diff_label(step: int | None, seconds: int | None = None) -> str:
+    """How every table, message and file names a difference step: ``diff 6h``,
+    ``diff 3 steps`` (see :func:`step_text`), ``diff`` when the file says neither."""
+    text = step_text(step, seconds)
+    return f"diff {text}" if text else "diff"

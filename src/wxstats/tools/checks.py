@@ -79,7 +79,7 @@ def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
             ratio = stream.standardized_diff(step)[1]
             if std is None or std == 0 or not math.isfinite(ratio[i]):
                 continue
-            tag = f"step {step}" if step is not None else "one step"
+            tag = stream.step_text(step) or "one step"
             if ratio[i] == 0:
                 add(f"never changes over {tag} (diff_std 0): a static field in the state?")
             elif ratio[i] > UNCORRELATED_RATIO:
