@@ -393,7 +393,7 @@ def test_compare_an_anemoi_dataset_with_wxstats_files(dataset, tmp_path, capsys)
     capsys.readouterr()
     assert main(["compare", str(side), str(nc), "--rtol", "1e-15"]) == 0
     out = capsys.readouterr().out
-    assert "msl" in out and "z_500" in out and "diff1 std" in out
+    assert "msl" in out and "z_500" in out and "diff 6h std" in out
     # another window differs, variable by variable
     args = ["compute", str(path), "--period", "2020-01-02/", "--output", str(tmp_path / "o.nc")]
     assert main([*args, "--diff-steps", "1", "--quiet"]) == 0

@@ -58,7 +58,7 @@ def test_same_statistics_pass(datastore, a, b, capsys):
 def test_float32_files_fail_a_float64_tolerance(datastore, capsys):
     result = compare(read_stats(datastore / "static"), read_stats(datastore / "s.json"), 1e-12)
     assert result.exit_code == 1 and result.above
-    assert {e.quantity for e in result.entries} >= {"mean", "std", "diff3 mean/std"}
+    assert {e.quantity for e in result.entries} >= {"mean", "std", "diff 3h mean/std"}
 
 
 def test_one_perturbed_value_is_found_and_named(datastore, tmp_path, capsys):
@@ -107,10 +107,12 @@ def test_missing_variable_is_a_difference(datastore, tmp_path, capsys):
 
 def test_no_names_match_by_position_with_a_warning(datastore, tmp_path, capsys):
     shutil.copytree(datastore / "static", tmp_path / "static")
+    (tmp_path / "static" / "wxstats_stats.nc").unlink()  # nothing says the step
     nc = datastore / "static" / "wxstats_stats.nc"
     assert main(["compare", str(nc), str(tmp_path / "static")]) == 0
     out = capsys.readouterr().out
-    assert "matched by position" in out and "step 3 (A) with step None (B)" in out
+    assert "matched by position" in out
+    assert "diff 3h (A) with a step the file does not name (B)" in out
     std = torch.load(tmp_path / "static" / "parameter_std.pt", weights_only=True)
     torch.save(std[:-1].clone(), tmp_path / "static" / "parameter_std.pt")
     # a file with 16 values among files with 17 is unreadable: exit 2
@@ -179,8 +181,8 @@ def test_a_difference_mean_lost_as_nan_is_a_difference_unless_the_set_lacks_it(d
     state.diff[step].mean = np.full_like(state.diff[step].mean, np.nan)
     lost = compare(a, b)
     assert not lost.equal
-    assert any(e.quantity == f"diff{step} mean" and e.rel == math.inf for e in lost.above)
+    assert any(e.quantity == "diff 3h mean" and e.rel == math.inf for e in lost.above)
     state.missing.add(f"diff{step} mean")
     lacking = compare(a, b)
     assert lacking.equal
-    assert f"state: diff{step} mean only in A, not compared" in lacking.notes
+    assert "state: diff 3h mean only in A, not compared" in lacking.notes

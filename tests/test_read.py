@@ -92,8 +92,12 @@ def test_static_folder_alone_has_no_names(outputs, tmp_path):
     shutil.copytree(root / "static", tmp_path / "static")
     state = read_stats(tmp_path / "static").state
     assert not state.named and state.features[:2] == ["#0", "#1"]
-    assert list(state.diff) == [None]
+    # the step (hours) of the run that wrote the folder, from wxstats_stats.nc beside it
+    assert list(state.diff) == [3] and state.diff_label(3) == "diff 3h"
     assert_close(state.std, ref["std"], 1e-7, "std")
+    (tmp_path / "static" / "wxstats_stats.nc").unlink()
+    state = read_stats(tmp_path / "static").state
+    assert list(state.diff) == [None] and state.diff_label(None) == "diff"
 
 
 def test_mllam_data_prep_zarr(meps_small, tmp_path):

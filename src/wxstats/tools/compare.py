@@ -113,7 +113,7 @@ def _named(stream: StreamStats, step: object) -> str:
     """``diff 6h``, or ``step 3`` for a set that does not know the span."""
     if stream.diff_span.get(step):
         return stream.diff_label(step)
-    return f"step {step}" if step is not None else "an unnamed step"
+    return f"step {step}" if step is not None else "a step the file does not name"
 
 
 def _steps(
@@ -122,7 +122,7 @@ def _steps(
     """The difference steps of A and B that are the same quantity (see
     :func:`_same_difference`), with the label of their rows."""
     pairs, taken = [], set()
-    for ka in sorted(a.diff, key=str):
+    for ka in sorted(a.diff, key=lambda k: (k is None, k or 0)):
         same = [k for k in b.diff if k not in taken and _same_difference(a, ka, b, k)]
         if same:
             taken.add(same[0])
