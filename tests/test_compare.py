@@ -186,3 +186,47 @@ def test_a_difference_mean_lost_as_nan_is_a_difference_unless_the_set_lacks_it(d
     lacking = compare(a, b)
     assert lacking.equal
     assert "state: diff 3h mean only in A, not compared" in lacking.notes
+
+
+def _zarr_run_file(path, ref, names, span: str | None):
+    """The statistics netCDF a zarr/netCDF run writes for the same values on a
+    3-hourly axis: its one-step difference (``diff_step`` 1) spans 3 h. Written with
+    xarray, as an older file (``span`` None: no ``diff_span``) or a newer one."""
+    import xarray as xr
+
+    coords = {"diff_step": [1], "state_feature": names}
+    if span is not None:
+        coords["diff_span"] = ("diff_step", [span])
+    xr.Dataset(
+        {
+            "state__train__mean": ("state_feature", ref["mean"]),
+            "state__train__std": ("state_feature", ref["std"]),
+            "state__train__diff_mean": (("diff_step", "state_feature"), [ref["diff_mean"]]),
+            "state__train__diff_std": (("diff_step", "state_feature"), [ref["diff_std"]]),
+        },
+        coords=coords,
+    ).to_netcdf(path)
+    return path
+
+
+def test_differences_are_matched_by_span_not_by_step(datastore, meps_small, tmp_path):
+    """MEPS counts its difference in hours (step 3), a zarr run in time steps (step 1 of
+    a 3-hourly axis): the same quantity, compared as ``diff 3h`` without a caveat;
+    another span is not compared, and a file without spans falls back to the step."""
+    from reference import meps_reference
+
+    ref = meps_reference(meps_small)
+    static = read_stats(datastore / "static")
+    names = static.state.features
+    same = compare(static, read_stats(_zarr_run_file(tmp_path / "3h.nc", ref, names, "3h")))
+    assert "diff 3h mean/std" in {e.quantity for e in same.entries}
+    assert "diff 3h std/std" in {e.quantity for e in same.entries}
+    assert not [n for n in same.notes if "step" in n], same.notes
+    assert same.equal, same.above[:3]
+    other = compare(static, read_stats(_zarr_run_file(tmp_path / "6h.nc", ref, names, "6h")))
+    assert not [e for e in other.entries if e.quantity.startswith("diff")]
+    assert "state: no common difference span (A: diff 3h, B: diff 6h)" in other.notes
+    older = compare(static, read_stats(_zarr_run_file(tmp_path / "old.nc", ref, names, None)))
+    assert "state: comparing difference statistics of diff 3h (A) with step 1 (B)" in " ".join(
+        older.notes
+    )
