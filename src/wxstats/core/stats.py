@@ -152,13 +152,11 @@ class StreamStats:
     time_mean: np.ndarray | None = None
     """(G, F): the mean over time of every grid point (a run that asked for it)."""
     diff_span: dict[int | None, int] = field(default_factory=dict)
-    """Seconds of the time span of each difference step (``diff`` keys), where
-    known: the keys count hours for MEPS but time steps for zarr/netCDF and
-    anemoi, so only the span says what a difference is (:meth:`diff_label`)."""
+    """Seconds each ``diff`` step spans, where known: the keys count hours for MEPS,
+    time steps for zarr/netCDF and anemoi; only the span says what a difference is."""
 
     def diff_label(self, step: int | None) -> str:
-        """``diff 6h`` (or ``diff 3 steps`` without a known span): the one name of
-        a difference step in tables, messages and files."""
+        """``diff 6h`` (``diff 3 steps``): a difference in tables, messages and files."""
         return diff_label(step, self.diff_span.get(step))
 
     def step_text(self, step: int | None) -> str:
@@ -167,8 +165,7 @@ class StreamStats:
 
     def diff_span_name(self, step: int | None) -> str | None:
         """``6h``: the span of ``step`` as files write it, None when not known."""
-        seconds = self.diff_span.get(step)
-        return span_name(seconds) if seconds else None
+        return span_name(self.diff_span[step]) if self.diff_span.get(step) else None
 
     @property
     def category(self) -> str:
