@@ -74,6 +74,10 @@ def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
     out = tmp_path / "again.nc"
     assert main(["merge", str(abc), "--output", str(out), "--quiet"]) == 0
     assert values(out) == values(root / "full.nc")
+    # states keep what each difference spans on the hourly axis
+    for path in (tmp_path / "abc.stats.nc", out):
+        span = read_stats(path).streams["t2m__train"].diff_span
+        assert span == {1: 3600, 3: 3 * 3600, 6: 6 * 3600}
 
 
 @pytest.mark.parametrize("order", ["cab", "bca", "acb"])

@@ -114,6 +114,7 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
         "features": list(spec.features),
         "units": list(spec.units),
         "diff_steps": list(spec.diff_steps),
+        "diff_span": {str(k): v for k, v in spec.diff_span.items()},
         "long_names": list(spec.long_names),
         "weighted": bool(spec.weighted),
         "layout": {
@@ -151,6 +152,7 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
         list(d["long_names"]),
         layout,
         bool(d.get("weighted", False)),
+        diff_span={int(k): int(v) for k, v in d.get("diff_span", {}).items()},
     )
 
 

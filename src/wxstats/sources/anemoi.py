@@ -185,6 +185,7 @@ class AnemoiSource:
             StreamSpec(
                 STREAM, self.variables, units, self.diff_steps, list(self.variables),
                 flat_layout("state", SPLIT, self.variables, units, list(self.variables)),
+                diff_span={k: k * self.step_seconds for k in self.diff_steps},
             )
         ]  # fmt: skip
         self.attrs = {

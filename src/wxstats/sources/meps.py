@@ -148,6 +148,7 @@ class MepsSource:
             StreamSpec(
                 "state", *state, steps, self.var_longnames,
                 flat_layout("state", split, *state, self.var_longnames),
+                diff_span={self.step_length: self.step_length * 3600},  # the key is hours
             ),
             StreamSpec(
                 MEPS_FLUX, *flux, (), [MEPS_FLUX], flat_layout("forcing", split, *flux, [MEPS_FLUX])

@@ -45,6 +45,7 @@ from wxstats.sources.xarray.timeaxis import (
     mdp_splits,
     resolve_splits,
     restrict_to_period,
+    step_seconds,
     time_groups,
     time_values,
     where_in,
@@ -148,6 +149,7 @@ class XarraySource:
             (self.groups[0], self.groups[1]) if self.groups else None,
             weighted=self.weight_field is not None,
             time_means=self.options.time_means,
+            step_seconds={s.name: step_seconds(self.times, s) for s in self.splits},
         )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
