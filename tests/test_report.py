@@ -188,7 +188,7 @@ def test_a_nan_or_negative_std_is_warned_about_and_its_row_marked(example_stats,
     warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
     assert any("#3: std is nan: not a standard deviation" in line for line in warnings)
     assert any("#5: std is -" in line and "not a standard deviation" in line for line in warnings)
-    assert any("#7: diff_std/std over one step is -1: not a ratio" in line for line in warnings)
+    assert any("#7: diff_std/std over 3h is -1: not a ratio" in line for line in warnings)
     assert len(warnings) == 3
     page = (tmp_path / "r" / "wxstats_report.html").read_text()
     marked = re.findall(r'<tr class="warn"><td>([^<]*)</td>', page)
