@@ -182,3 +182,39 @@ def test_other_bad_inputs(tmp_path, outputs):
     torch.save(torch.zeros(5), tmp_path / "static" / "diff_std.pt")
     with pytest.raises(InputError, match="diff_std.pt has 5 values where .* have 17"):
         read_stats(tmp_path / "static")
+
+
+def test_wxstats_read_prefers_the_float64_file_beside_the_pt_files(outputs):
+    """``wxstats.read`` of a neural-lam folder gives the float64 statistics of
+    ``wxstats_stats.nc`` (1e-12 of the reference), not the float32 ``.pt`` values
+    (which ``compare`` and ``report`` read, as neural-lam does)."""
+    import wxstats
+
+    root, ref = outputs
+    for path in (root / "static", root, root / "meps.datastore.yaml"):
+        exact = wxstats.read(path).state
+        assert exact.mean.dtype == np.float64
+        _check_state(exact, ref, 1e-12, "wxstats.read")
+        assert np.abs(read_stats(path).state.std / ref["std"] - 1).max() > 1e-12  # float32
+
+
+def test_a_folder_of_several_statistics_sets_names_each_to_choose(outputs, tmp_path, capsys):
+    """A folder holding a neural-lam set and a makani set was read as one of them
+    without a word: it is refused naming the file that chooses each, and that file
+    chooses."""
+    from wxstats.cli import main
+
+    root, ref = outputs
+    both = tmp_path / "both"
+    shutil.copytree(root / "static", both)
+    np.save(both / "global_means.npy", np.full((1, 3, 1, 1), 7.0, np.float32))
+    np.save(both / "global_stds.npy", np.full((1, 3, 1, 1), 2.0, np.float32))
+    with pytest.raises(InputError, match="holds 2 statistics sets") as refused:
+        read_stats(both)
+    assert f"neural-lam: {both / 'parameter_mean.pt'}" in str(refused.value)
+    assert f"makani: {both / 'global_means.npy'}" in str(refused.value)
+    assert main(["report", str(both), "-o", str(tmp_path / "r")]) == 2
+    assert "global_means.npy" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    makani = read_stats(both / "global_means.npy")
+    assert makani.state.mean.tolist() == [7.0, 7.0, 7.0]
+    _check_state(read_stats(both / "parameter_mean.pt").state, ref, 2e-7, "chosen .pt")
