@@ -76,7 +76,8 @@ def test_default_output_file_and_overwrite(store, tmp_path, capsys):
         assert main(["compute", str(path)]) == 0
         assert (tmp_path / "era.stats.nc").exists()
         printed = capsys.readouterr().out
-        assert "t2m__train" in printed and "z_850" in printed
+        assert printed.count("split train") == 1  # one table of every variable
+        assert "│ t2m " in printed and "│ z_850 " in printed
         assert main(["compute", str(path)]) == 2
         assert "--overwrite" in capsys.readouterr().err
     finally:

@@ -185,14 +185,15 @@ class StreamStats:
         of the difference of standardized fields."""
         d = self.diff[step]
         # a constant field (std 0, warned about) has only zero differences:
-        # write 0 rather than 0/0
+        # write 0 rather than 0/0; a feature without data (std NaN) stays NaN
         safe = np.where(self.std > 0, self.std, 1.0)
+        other = np.where(self.std == 0, 0.0, np.nan)
         mean = d.mean_standardized
         std = d.std_standardized
         if mean is None:
-            mean = np.where(self.std > 0, d.mean / safe, 0.0)
+            mean = np.where(self.std > 0, d.mean / safe, other)
         if std is None:
-            std = np.where(self.std > 0, d.std / safe, 0.0)
+            std = np.where(self.std > 0, d.std / safe, other)
         return mean, std
 
 
