@@ -47,6 +47,7 @@ def run_compute(options: ComputeOptions) -> int:
         threads = options.threads or found.default_threads()
     outcome = execute(options, world, threads)
     if outcome.stats is not None:
+        from wxstats.runtime.progress import plural
         from wxstats.tools.report import format_table
 
         for note in outcome.stats.warnings:
@@ -54,7 +55,7 @@ def run_compute(options: ComputeOptions) -> int:
         if not options.quiet:
             print(format_table(outcome.stats))
             written = outcome.written
-            print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
+            print(f"wrote {plural(len(written), 'file')}: " + ", ".join(str(p) for p in written))
     return outcome.code
 
 

@@ -154,6 +154,7 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     from wxstats.runtime.merge import merge_states
+    from wxstats.runtime.progress import plural
     from wxstats.tools.report import format_table
 
     stats, written = merge_states(
@@ -168,5 +169,5 @@ def run_merge(args: argparse.Namespace) -> int:
         print(f"wxstats: warning: {note}", file=sys.stderr)
     if not args.quiet:
         print(format_table(stats))
-        print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
+        print(f"wrote {plural(len(written), 'file')}: " + ", ".join(str(p) for p in written))
     return 0

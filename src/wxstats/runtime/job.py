@@ -40,6 +40,8 @@ class ProgressSettings:
 
     mode: str = "bar"
     interval: float = 30.0
+    unit: str = "sample"
+    """What the source calls one sample (``time block`` for zarr/netCDF), for the text."""
 
 
 class World(Protocol):
@@ -103,7 +105,7 @@ class Solo:
 
     def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
         self._progress = ProgressReporter(
-            len(sizes), sum(sizes), progress.mode, progress.interval
+            len(sizes), sum(sizes), progress.mode, progress.interval, unit=progress.unit
         ).__enter__()
 
     def on_sample(self, nbytes: int) -> None:
@@ -313,6 +315,7 @@ class Job:
                 progress.mode,
                 progress.interval,
                 ranks=self.world_size,
+                unit=progress.unit,
             ).__enter__()
 
     def _agree(self, identity: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -207,7 +207,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         # what every rank must agree on (not the files: data staged per node is fine)
         many = world.world_size > 1
         identity = run_identity(source, options.skipna, refs_key, "ranks") if many else {}
-        world.begin(sizes, identity, progress)
+        world.begin(sizes, identity, replace(progress, unit=source.work_unit))
         end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data

@@ -101,6 +101,7 @@ class AnemoiSource:
     """Blocks of dates of an anemoi dataset (see module docstring)."""
 
     kind = KIND
+    work_unit = "time block"
     exact_per_step = True
 
     def __init__(

@@ -27,6 +27,8 @@ class Source(Protocol):
     """
 
     kind: str
+    work_unit: str
+    """What one sample is, in words for people (``sample``, ``time block``)."""
     streams: list[StreamSpec]
     attrs: dict[str, Any]
     exact_per_step: bool

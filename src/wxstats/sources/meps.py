@@ -65,6 +65,7 @@ class MepsSource:
     """Samples of one split of a neural-lam MEPS datastore (see module doc)."""
 
     kind = "npyfilesmeps"
+    work_unit = "sample"
     exact_per_step = False  # a sample is always read whole: it is the unit
 
     def __init__(

@@ -82,6 +82,7 @@ class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
     kind = KIND
+    work_unit = "time block"
     exact_per_step = True
 
     def __init__(self, path: str | Path, options: XarrayOptions | None = None) -> None:
