@@ -15,8 +15,10 @@ from __future__ import annotations
 import getpass
 import os
 import platform
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -37,7 +39,7 @@ from wxstats.runtime.grow import Growth
 from wxstats.runtime.job import ProgressSettings, Solo, World
 from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.outputs import check_outputs, open_source, write_outputs
+from wxstats.runtime.outputs import open_source, prepare_outputs, write_outputs
 from wxstats.runtime.resumable import Resumable, resume_hint
 from wxstats.sources.base import Source, sample_sizes
 
@@ -172,6 +174,29 @@ def _say(text: str) -> None:
     print(f"wxstats: {text}", file=sys.stderr, flush=True)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def outputs_final() -> None:
+    """From the first rename of the outputs on, SIGINT and SIGTERM are ignored
+    for the rest of the process: a set is never left half renamed by them, and
+    a run whose outputs are in place ends as the success it is (status 0; a
+    launcher reads it) instead of saying that nothing was written. The caller
+    of a command run in its own process (``wxstats.cli.main``) restores them."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _succeed(world: World, written: list[Path]) -> None:
+    """Tell the other ranks; a failure now (a rank lost) cannot undo the outputs."""
+    try:
+        world.succeed()
+    except Exception as exc:  # noqa: BLE001 - said, and the run stays a success
+        _say(f"warning: {world.label}{exc}; after the outputs were written, complete: "
+             + ", ".join(map(str, written)))  # fmt: skip
+
+
 def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     """``wxstats compute`` on this process of ``world`` (see module docstring).
 
@@ -195,12 +220,13 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     label = world.label
     outcome = Outcome(1)
     interrupted = False
+    prepared = None
     try:
         source = open_source(options)
         if growth is not None:
             growth.check(source, options.skipna)
-        if world.rank == 0:
-            check_outputs(source, options, growth.paths() if growth else [])
+        if world.rank == 0:  # every output made (from a template) before any data is read
+            prepared = prepare_outputs(source, options, growth.paths() if growth else [])
         sizes = sample_sizes(source)
         # what every rank must agree on (not mtimes: data staged per node is fine)
         layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
@@ -225,9 +251,12 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             growth=growth,
         )
         if world.rank == 0:
-            written = write_outputs(source, stats, options, growth.writers() if growth else {})
-            world.succeed()
+            extra = growth.writers() if growth else {}
+            written = write_outputs(
+                source, stats, options, extra, prepared=prepared, before_renames=outputs_final
+            )
             outcome = Outcome(0, stats, written)
+            _succeed(world, written)
         else:
             world.wait_result()
             outcome = Outcome(0)
@@ -253,6 +282,8 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         traceback.print_exc()
         _say(f"error: {label}unexpected {type(exc).__name__}")
     finally:
+        if prepared is not None:
+            prepared.discard()  # a failed run's temporary files and new folders
         world.close(outcome.code)
     started = checkpoint is not None and checkpoint.started
     if outcome.code and started and world.rank == 0 and not interrupted:

@@ -28,9 +28,15 @@ def _values(values: Any) -> np.ndarray:
 
 
 def _create(nc: Any, name: str, dims: tuple[str, ...], values: Any, attrs: dict) -> None:
+    """One variable; a ``_FillValue`` among ``attrs`` (a coordinate copied from a
+    file xarray wrote) goes where netCDF takes it, to ``createVariable``."""
     array = _values(values)
+    attrs = dict(attrs)
+    fill = attrs.pop("_FillValue", None)
     if array.dtype == object:
-        var = nc.createVariable(name, str, dims)
+        var = nc.createVariable(name, str, dims)  # a string's fill is netCDF's own
+    elif fill is not None:
+        var = nc.createVariable(name, array.dtype, dims, fill_value=array.dtype.type(fill))
     elif array.dtype.kind == "f":
         var = nc.createVariable(name, array.dtype, dims, fill_value=array.dtype.type(np.nan))
     else:
