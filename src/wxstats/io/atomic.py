@@ -248,7 +248,7 @@ def _write(writer: Writer, temp: Path, final: Path) -> None:
     except (OSError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
         if (isinstance(exc, OSError) and exc.errno in NO_SPACE) or disk_is_full(final.parent):
             raise no_space(final) from None
-        raise WxstatsError(f"{final}: cannot be written: {type(exc).__name__}: {exc}") from None
+        raise WxstatsError(f"{final}: cannot be written: {exc}") from None
 
 
 @dataclass
