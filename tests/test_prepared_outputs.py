@@ -196,25 +196,29 @@ def test_a_full_disk_ends_the_run_before_reading_naming_it(
 
 # -- a signal after the outputs are in place -------------------------------------------
 def test_a_signal_right_after_the_commit_does_not_undo_the_run(tmp_path, capsys, monkeypatch):
-    """Case 16: SIGINT delivered the moment the outputs are renamed into place
-    (synchronously, from the commit itself) said "no output was written"."""
+    """Case 16: SIGINT delivered the moment the output is renamed into place
+    (synchronously, from the rename itself) undid the run and said "no output
+    was written"; from the first rename on the run ends as the success it is."""
     ds, _ = gridded(n_time=8)
     store = write_zarr(ds, tmp_path / "g.zarr", time_chunk=4)
-    original = run.outputs_final
-
-    def then_signal() -> None:
-        original()
-        os.kill(os.getpid(), signal.SIGINT)  # handled before the first rename
-
-    monkeypatch.setattr(run, "outputs_final", then_signal)
-    handler = signal.getsignal(signal.SIGINT)
     out = tmp_path / "o.nc"
+    rename = os.replace
+
+    def rename_then_signal(src, dst, *args, **kwargs) -> None:
+        rename(src, dst, *args, **kwargs)
+        if Path(dst) == out:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "replace", rename_then_signal)
+    handler = signal.getsignal(signal.SIGINT)
     assert main(["compute", str(store), "--output", str(out)]) == 0
     captured = capsys.readouterr()
     assert "no output was written" not in captured.err and "interrupted" not in captured.err
     assert f"wrote 1 files: {out}" in captured.out
     with xr.open_dataset(out) as got:
-        assert "t2m__train__mean" in got
+        np.testing.assert_allclose(
+            got["t2m__train__mean"].values, ds["t2m"].values.astype(np.float64).mean(), rtol=1e-12
+        )
     assert signal.getsignal(signal.SIGINT) is handler  # given back to the caller
 
 
