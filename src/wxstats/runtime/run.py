@@ -33,6 +33,7 @@ from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.core.machine import end_of_start_up
 from wxstats.core.stats import Stats
+from wxstats.io.atomic import Prepared
 from wxstats.runtime import preload
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.grow import Growth
@@ -188,6 +189,29 @@ def outputs_final() -> None:
             signal.signal(signum, signal.SIG_IGN)
 
 
+def _discard_on_sigterm(prepared: Prepared) -> Callable[[], None]:
+    """SIGTERM ends a process at once (a launcher stopping its ranks, a scheduler):
+    first remove the outputs prepared for a run that will never finish, then end
+    as before. Returns what puts the previous handler back (unless the outputs'
+    commit has replaced it: :func:`outputs_final`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def discard_then_stop(signum: int, frame: Any) -> None:
+        prepared.discard()
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, discard_then_stop)
+
+    def release() -> None:
+        if signal.getsignal(signal.SIGTERM) is discard_then_stop:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return release
+
+
 def _succeed(world: World, written: list[Path]) -> None:
     """Tell the other ranks; a failure now (a rank lost) cannot undo the outputs."""
     try:
@@ -221,12 +245,14 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     outcome = Outcome(1)
     interrupted = False
     prepared = None
+    release: Callable[[], None] = lambda: None  # noqa: E731
     try:
         source = open_source(options)
         if growth is not None:
             growth.check(source, options.skipna)
         if world.rank == 0:  # every output made (from a template) before any data is read
             prepared = prepare_outputs(source, options, growth.paths() if growth else [])
+            release = _discard_on_sigterm(prepared)
         sizes = sample_sizes(source)
         # what every rank must agree on (not mtimes: data staged per node is fine)
         layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
@@ -284,6 +310,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     finally:
         if prepared is not None:
             prepared.discard()  # a failed run's temporary files and new folders
+            release()
         world.close(outcome.code)
     started = checkpoint is not None and checkpoint.started
     if outcome.code and started and world.rank == 0 and not interrupted:
