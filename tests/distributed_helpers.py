@@ -178,8 +178,8 @@ def processes_mentioning(text: str, within: float = 15.0) -> list[int]:
 
 
 def readme_sbatch_script() -> str:
-    """The README's multi-node ``sbatch`` script, as written (the Slurm tiers run it)."""
-    readme = (SRC.parent / "README.md").read_text()
+    """The multi-node ``sbatch`` script of docs/parallel.md, as written (the Slurm tiers run it)."""
+    readme = (SRC.parent / "docs" / "parallel.md").read_text()
     match = re.search(r"<!-- sbatch-example[^>]*-->\s*```bash\n(.*?)```", readme, re.S)
-    assert match, "README.md lost its sbatch example"
+    assert match, "docs/parallel.md lost its sbatch example"
     return match.group(1)

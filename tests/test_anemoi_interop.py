@@ -204,6 +204,24 @@ def test_anemoi_serves_wxstats_values_written_into_the_dataset(built, tmp_path):
     assert default_window(dates) == (0, int(np.searchsorted(dates, recorded)) + 1)
 
 
+def test_statistics_of_a_dataset_before_finalise_from_its_recipe(built, tmp_path):
+    """The statistics part of anemoi's ``finalise``, done by wxstats: a dataset after
+    ``init``/``load`` has no statistics arrays; the tendencies of its recipe
+    (``[6h, 12h]``, read from its ``recipe`` attribute) are the default, and anemoi's
+    ``open_dataset`` serves both from what wxstats wrote."""
+    path = _copy(built, tmp_path)
+    group = zarr.open_group(str(path), mode="r+")
+    assert group.attrs["recipe"]["statistics"]["tendencies"] == ["6h", "12h"]
+    for name in [k for k in group.array_keys() if k not in ("data", "dates")]:
+        del group[name]  # as before anemoi's finalise
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
+    ours, served = stored(path), anemoi_reads(path)
+    for name in ("", *DELTAS):
+        for op in OPS:
+            assert served[name][op] == ours[name][op].tolist(), (name, op)
+    assert relative(ours, reference(path)) <= 1e-12
+
+
 def test_sidecar_opened_with_statistics_and_tendencies(built, tmp_path):
     side = tmp_path / "stats.zarr"
     args = ["compute", str(built), "--format", "anemoi", "--output", str(side), "--quiet"]

@@ -237,8 +237,8 @@ def test_the_command_skips_numbas_blas_probe_and_leaves_scipy_usable(tmp_path):
     )
     script = f"""
 import os, sys, numpy as np
-from wxstats.core import kernels
-kernels.NUMBA_WITHOUT_BLAS = True
+from wxstats.core import kernel_choice, kernels
+kernel_choice.NUMBA_WITHOUT_BLAS = True
 a = np.ones((2, 40000, 4), np.float32)
 z, o = np.zeros(4), np.ones(4)
 kernels.block_sums(kernels.Block(a, np.arange(4), (0, 2)), z, o, {{}}, {{}})

@@ -53,11 +53,18 @@ def test_estimate_uses_the_slower_rate():
     assert plan.estimate_s is None
 
 
-def test_cli_inspect(meps_small, capsys):
+def test_cli_inspect(meps_small, capsys, monkeypatch):
+    import wxstats.core.machine as machine
+
+    monkeypatch.setattr(machine, "available_cpus", lambda: 4)
     assert main(["inspect", str(meps_small), "--threads", "3"]) == 0
     out = capsys.readouterr().out
     assert "samples:   10" in out and "npyfilesmeps" in out and "z_500" in out
     assert "estimated time:" in out and "3 thread(s)" in out and "raw read" in out
+    # more threads than CPUs: the estimate counts those that can run at once
+    assert main(["inspect", str(meps_small), "--threads", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "with 4 thread(s)" in out and "--threads 16 on 4 CPUs" in out
     assert main(["inspect", str(meps_small), "--no-measure"]) == 0
     assert "estimated time: not measured" in capsys.readouterr().out
 

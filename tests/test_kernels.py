@@ -16,10 +16,9 @@ from wxstats.core.kernels import (
 def implementation(request, monkeypatch):
     """Every test of this module runs on the compiled kernel and on its numpy twin
     (the small-block path), whatever the size of its blocks."""
-    import wxstats.core.kernels as kernels
+    import wxstats.core.kernel_choice as choice
 
-    limit = -1 if request.param == "numba" else 2**62
-    monkeypatch.setattr(kernels, "SMALL_BLOCK_BYTES", limit)
+    monkeypatch.setattr(choice, "KERNEL", request.param)
     return request.param
 
 
@@ -243,9 +242,10 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
 
 _DIGEST_SCRIPT = """
 import hashlib, numpy as np
+import wxstats.core.kernel_choice as choice
 import wxstats.core.kernels as kernels
 from wxstats.core.combine import Reference
-kernels.SMALL_BLOCK_BYTES = {limit}
+choice.KERNEL = {kernel!r}
 rng = np.random.default_rng(1)
 a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))
 a = a.astype(np.float32)
@@ -271,8 +271,8 @@ def test_bits_do_not_depend_on_the_cpu(implementation, cpu_without_fma_cache):
     import subprocess
     import sys
 
-    def digest(limit: int, env: dict) -> str:
-        script = _DIGEST_SCRIPT.format(limit=limit)
+    def digest(kernel: str, env: dict) -> str:
+        script = _DIGEST_SCRIPT.format(kernel=kernel)
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                               text=True, check=True)  # fmt: skip
         return done.stdout.strip()
@@ -281,5 +281,4 @@ def test_bits_do_not_depend_on_the_cpu(implementation, cpu_without_fma_cache):
 
     here = dict(os.environ)
     generic = here | {"NUMBA_CPU_NAME": "generic", "NUMBA_CACHE_DIR": str(cpu_without_fma_cache)}
-    limit = -1 if implementation == "numba" else 2**62
-    assert digest(-1, generic) == digest(limit, here)
+    assert digest("numba", generic) == digest(implementation, here)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import struct
 from html.parser import HTMLParser
 
@@ -166,3 +167,29 @@ def test_report_help_has_examples(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "wxstats report " in out
+
+
+def test_a_nan_or_negative_std_is_warned_about_and_its_row_marked(example_stats, tmp_path, capsys):
+    """A std that is NaN or negative poisons or flips every standardized value:
+    the report warns as it does for a std of 0, and marks the row."""
+    import shutil
+
+    import torch
+
+    static = tmp_path / "static"
+    shutil.copytree(example_stats.parent, static)
+    std = torch.load(static / "parameter_std.pt", weights_only=True)
+    std[3], std[5] = float("nan"), -std[5]
+    torch.save(std, static / "parameter_std.pt")
+    diff_std = torch.load(static / "diff_std.pt", weights_only=True)
+    diff_std[7] = -1.0
+    torch.save(diff_std, static / "diff_std.pt")
+    assert main(["report", str(static), "-o", str(tmp_path / "r")]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert any("#3: std is nan: not a standard deviation" in line for line in warnings)
+    assert any("#5: std is -" in line and "not a standard deviation" in line for line in warnings)
+    assert any("#7: diff_std/std over 3h is -1: not a ratio" in line for line in warnings)
+    assert len(warnings) == 3
+    page = (tmp_path / "r" / "wxstats_report.html").read_text()
+    marked = re.findall(r'<tr class="warn"><td>([^<]*)</td>', page)
+    assert marked == ["#3", "#5", "#7"]

@@ -124,3 +124,22 @@ def test_library_compute_uses_the_commands_default_threads(meps_small):
 def test_partition_covers_every_sample_once(n, world):
     seen = [i for r in range(world) for i in partition(n, r, world)]
     assert seen == list(range(n))
+
+
+def test_help_of_wxstats_compute_lists_every_option_it_takes():
+    """``help(wxstats.compute)`` names every option of the data and the run that a
+    notebook may pass (it listed none); the outputs' options belong to the command."""
+    from dataclasses import fields
+
+    import wxstats
+    from wxstats.runtime.options import ComputeOptions
+
+    outputs_and_launch = {
+        "dataset", "output_dir", "summary", "output", "write_into", "output_format",
+        "overwrite", "level_weights", "min_std", "checkpoint", "checkpoint_interval",
+        "resume", "state", "base_state", "reference_state", "allow_gap", "nproc",
+        "backend", "device", "timeout", "quiet", "log_format", "log_interval", "argv",
+    }  # fmt: skip
+    names = {f.name for f in fields(ComputeOptions)} - outputs_and_launch
+    doc = wxstats.compute.__doc__
+    assert names and not [n for n in names if f"``{n}``" not in doc]

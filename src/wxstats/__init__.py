@@ -8,7 +8,31 @@ __all__ = ["__version__", "compute", "read"]
 
 
 def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
-    """Statistics of the dataset at ``path``; see :func:`wxstats.runtime.run.compute`."""
+    """Statistics of the dataset at ``path``, as ``wxstats compute`` computes them,
+    in this process, nothing written; returns a :class:`wxstats.core.stats.Stats`.
+
+    ``path``: a neural-lam MEPS datastore YAML, a zarr store (folder or URL), a
+    netCDF file or a quoted glob of them, or an anemoi dataset. Keyword options
+    (the command's flags; each one only where it applies):
+
+    - ``split``: a MEPS split folder (default ``train``), or ``"NAME=START/END"``;
+      ``splits``: several ``NAME=START/END`` intervals (zarr/netCDF)
+    - ``step_length``: MEPS: hours between the differenced steps (default: the config's)
+    - ``diff_steps``: zarr/netCDF: difference steps in time steps, e.g. ``(1, 6)``
+    - ``period``: ``"START/END"``: only these times (every split cut to them)
+    - ``variables``: zarr/netCDF variables (default: every numeric one with time)
+    - ``time_dim``: the time dimension (default ``time``)
+    - ``feature_dims``: dimensions whose entries become features (default: levels)
+    - ``by``: ``"month"`` or ``"hour"``: a climatology
+    - ``weights``: ``"coslat"``, ``"VAR"`` or ``"FILE:VAR"``: area-weighted statistics
+    - ``skipna``: leave NaN out (they are counted) instead of refusing them
+    - ``block_mb``: memory per block of time steps (the bits never depend on it)
+    - ``storage_options``: fsspec options for a URL (``endpoint_url``, ``anon``, ...)
+    - ``threads``: threads (default: the available CPUs, at most 8)
+
+    >>> stats = wxstats.compute("meps.datastore.yaml", split="train")
+    >>> stats.state.mean, stats.state.std, stats.state.diff[3].std
+    """
     from wxstats.runtime.run import compute as _compute
 
     return _compute(path, **options)

@@ -45,11 +45,11 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-import sys
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from wxstats.core.kernel_choice import run_kernel
 
 GRID_CHUNK = 512
 """Grid points summed together (in lanes, see the module docstring) before
@@ -74,6 +74,9 @@ class Block:
     """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
     sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
     ``y * y`` and the count."""
+    origin: str | None = None
+    """Where these values are stored (a file), when it is not the sample the
+    source describes: bad-value messages name it."""
 
 
 @dataclass
@@ -126,40 +129,6 @@ def in_time_order(rows: np.ndarray) -> np.ndarray:
     for row in rows:
         total += row
     return total
-
-
-SMALL_BLOCK_BYTES = 256 * 2**10
-"""Blocks up to this size are summed by the numpy twin of the kernel
-(:mod:`wxstats.core._kernels_numpy`, the same bits): a small dataset never waits
-the 0.3 s that loading numba and the compiled kernel take."""
-
-
-NUMBA_WITHOUT_BLAS = False
-"""Set by the ``wxstats`` command (:func:`wxstats.cli.console`), never for a
-library caller: when numba first loads its array functions it probes for a
-BLAS by importing ``scipy.linalg`` (0.15-0.3 s of every run); the kernels use
-none, so the command lets that probe fail. Only numba's own ``np.dot`` and
-friends in the same process would notice; ``scipy.linalg`` itself still imports."""
-_LOADING = threading.Lock()
-
-
-def _kernel(nbytes: int):
-    if nbytes <= SMALL_BLOCK_BYTES:
-        from wxstats.core._kernels_numpy import kernel
-
-        return kernel
-    with _LOADING:
-        probe = "scipy.linalg.cython_blas"
-        first = "numba.np.arraymath" not in sys.modules and probe not in sys.modules
-        if NUMBA_WITHOUT_BLAS and first:
-            sys.modules[probe] = None  # type: ignore[assignment]  # "not installed"
-            try:
-                import numba.np.arraymath  # noqa: F401  (its BLAS probe fails here)
-            finally:
-                if sys.modules.get(probe, 0) is None:
-                    del sys.modules[probe]
-        from wxstats.core._kernels_numba import kernel
-    return kernel
 
 
 def fused_scaling_is_exact(shift: np.ndarray, inverse_scale: np.ndarray) -> bool:
@@ -269,7 +238,8 @@ def block_sums(
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
     td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
-    _kernel(array.nbytes)(
+    run_kernel(
+        array.nbytes,
         array.reshape(n_t, n_g * n_c),
         n_c,
         m,

@@ -10,7 +10,7 @@ format module into a :class:`~wxstats.core.stats.Stats`:
 - a neural-lam ``static/`` folder (:mod:`.formats.neurallam`), with variable
   names, units and step length from the datastore YAML beside it;
 - a makani statistics folder (:mod:`.formats.makani`), a GraphCast-style one
-  (:mod:`.formats.graphcast`);
+  (:mod:`.formats.graphcast`), an ACE one (:mod:`.formats.ace`);
 - an anemoi dataset's statistics, or a sidecar store of them (:mod:`.formats.anemoi`).
 """
 
@@ -21,6 +21,7 @@ from pathlib import Path
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import interrupted_write
+from wxstats.io.formats.ace import is_ace, read_ace
 from wxstats.io.formats.anemoi import is_anemoi_statistics, read_anemoi_stats
 from wxstats.io.formats.graphcast import is_graphcast, read_graphcast
 from wxstats.io.formats.makani import is_makani, read_makani
@@ -72,10 +73,12 @@ def read_stats(path: str | Path, split: str | None = None) -> Stats:
             return read_makani(path)
         if is_graphcast(path):
             return read_graphcast(path)
+        if is_ace(path):
+            return read_ace(path)
         raise InputError(
             f"{path}: no statistics here (expected a zarr store, a neural-lam static/ "
             "folder with parameter_mean.pt, a makani folder with global_means.npy, "
-            f"GraphCast-style mean_by_level.nc, or {NETCDF_NAME})"
+            f"GraphCast-style mean_by_level.nc, an ACE folder with centering.nc, or {NETCDF_NAME})"
         )
     if path.suffix == ".json":
         return read_summary(path, split)

@@ -24,7 +24,7 @@ def _tuple(value: Any) -> tuple | None:
 
 @dataclass(frozen=True)
 class ComputeOptions:
-    """What to read, what to write, how to run (see README for each option)."""
+    """What to read, what to write, how to run (see docs/ for each option)."""
 
     dataset: str = ""
     # -- which data (sources) ---------------------------------------------------
@@ -53,8 +53,8 @@ class ComputeOptions:
     output: Path | None = None
     write_into: bool = False
     output_format: str = "netcdf"
-    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast`` or ``makani``
-    (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
+    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast``, ``makani`` or
+    ``ace`` (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
     opens, ``--output S.zarr``)."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None

@@ -30,7 +30,14 @@ from wxstats.runtime.anemoi_outputs import (
     write_anemoi_outputs,
 )
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.set_outputs import graphcast_set, makani_set, refuse_for_makani, split_lengths
+from wxstats.runtime.set_outputs import (
+    FOLDER_FORMATS,
+    ace_set,
+    graphcast_set,
+    makani_set,
+    refuse_for_folder_format,
+    split_lengths,
+)
 from wxstats.sources.base import Source
 
 
@@ -86,8 +93,8 @@ def open_source(options: ComputeOptions) -> Source:
             "--summary), not with --write-into or --format graphcast"
         )
     makani = options.output_format == "makani"
-    if makani:
-        refuse_for_makani(options)
+    if options.output_format in FOLDER_FORMATS:
+        refuse_for_folder_format(options)
     if options.weights not in (None, "none") and options.write_into:
         # the store's statistics arrays are rewritten in place with no record of how they
         # were computed, and mllam-data-prep's own statistics are unweighted: a weighted
@@ -107,7 +114,7 @@ def open_source(options: ComputeOptions) -> Source:
             weights=None
             if options.weights == "none"
             else options.weights or ("coslat" if makani else None),
-            time_means=makani,
+            time_means=options.output_format in FOLDER_FORMATS,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -178,22 +185,33 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
 def _store_values(source: Source, stats: Stats | None, min_std: float | None = None):
     """Check the store (``stats`` None), or the values ``--write-into`` puts into it.
 
-    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there is
-    refused or floored as in the neural-lam files."""
-    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables
-    from wxstats.io.formats.neurallam import divisor_std
+    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there (as
+    stored, in the variable's dtype) is refused or floored as in the neural-lam
+    files; a value the dtype cannot hold is refused before anything is written."""
+    from wxstats.io.formats.mdp import (
+        DIVISORS,
+        check_store,
+        mdp_values,
+        planned_variables,
+        store_dtypes,
+    )
+    from wxstats.io.formats.stored import check_stored, divisor_std
 
     if not getattr(source, "is_mdp", False):
         raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
     planned = planned_variables(source.streams)
     if stats is None:
-        check_store(source.path, planned)
+        check_store(source.path, planned, min_std)
         return None
     values = mdp_values(stats, planned)
+    dtypes = store_dtypes(source.path, planned)
     for name, plan in planned.items():
-        if plan.op in ("std", "diff_std") and name in values:
-            features = stats.streams[plan.stream].features
-            values[name] = divisor_std(values[name], features, min_std, f"{source.path}: {name}")
+        if name not in values:
+            continue
+        features, where = stats.streams[plan.stream].features, f"{source.path}: {name}"
+        if plan.op in DIVISORS:
+            values[name] = divisor_std(values[name], features, min_std, where, dtypes[name])
+        check_stored(values[name], dtypes[name], features, where)
     return values, planned
 
 
@@ -215,11 +233,13 @@ def planned_outputs(
         NEURALLAM_FILES,
         neurallam_outputs,
     )
+    from wxstats.io.formats.stored import PT_DTYPE, check_min_std
 
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
         static = options.output_dir or meps_static_dir(source)
         if stats is None:
+            check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
             outputs.update({static / name: None for name in NEURALLAM_FILES})
         else:
             outputs.update(
@@ -238,6 +258,8 @@ def planned_outputs(
         outputs.update(graphcast_set(source, stats, options))
     elif options.output_format == "makani":
         outputs.update(makani_set(source, stats, options))
+    elif options.output_format == "ace":
+        outputs.update(ace_set(source, stats, options))
     else:
         from wxstats.sources.xarray import output_stem
 
@@ -297,7 +319,7 @@ def prepare_outputs(source: Source, options: ComputeOptions, extra: list[Path] =
         if source.kind == "anemoi":
             check_anemoi_outputs(source, options)
         elif options.write_into:
-            _store_values(source, None)
+            _store_values(source, None, options.min_std)
     except BaseException:
         prepared.discard()
         raise
@@ -316,7 +338,7 @@ def write_outputs(
     """Fill and rename the outputs ``prepared`` before the run (prepared now
     without it); everything that can be refused is refused first.
     ``before_renames`` as :meth:`Prepared.commit`'s."""
-    from wxstats.io.formats.mdp import write_into_store
+    from wxstats.io.formats.mdp import mdp_attrs, write_into_store
 
     if prepared is None:
         prepared = prepare_outputs(source, options, list(extra or {}))
@@ -327,6 +349,6 @@ def write_outputs(
     if source.kind == "anemoi":
         return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
-        write_into_store(source.path, *into)
+        write_into_store(source.path, *into, mdp_attrs(stats))
         return [*outputs, Path(source.path)]
     return list(outputs)

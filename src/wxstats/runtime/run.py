@@ -37,6 +37,7 @@ from wxstats.io.atomic import Prepared
 from wxstats.runtime import preload
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.grow import Growth
+from wxstats.runtime.identity import run_identity
 from wxstats.runtime.job import ProgressSettings, Solo, World
 from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
@@ -230,8 +231,9 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     try:
         checkpoint = resumable(options)
         growth = Growth.of(options)
-        if checkpoint is not None and growth is not None:
-            checkpoint.references = growth.reference_key()
+        refs_key = growth.reference_key() if growth is not None else None
+        if checkpoint is not None:
+            checkpoint.references = refs_key
     except WxstatsError as exc:
         _say(f"error: {exc}")
         return Outcome(2)
@@ -254,9 +256,10 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             prepared = prepare_outputs(source, options, growth.paths() if growth else [])
             release = _discard_on_sigterm(prepared)
         sizes = sample_sizes(source)
-        # what every rank must agree on (not mtimes: data staged per node is fine)
-        layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
-        world.begin(sizes, layout, progress)
+        # what every rank must agree on (not the files: data staged per node is fine)
+        many = world.world_size > 1
+        identity = run_identity(source, options.skipna, refs_key, "ranks") if many else {}
+        world.begin(sizes, identity, progress)
         end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data

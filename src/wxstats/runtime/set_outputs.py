@@ -1,7 +1,6 @@
-"""makani's and GraphCast's sets of files (``--format makani``, ``--format
-graphcast``): what each needs of a run, refused before any data is read, and
-their writers. A trainer loads such a set whole, so nothing in it may be
-missing.
+"""The sets of files trainers load whole (``--format makani``, ``graphcast``,
+``ace``): what each needs of a run, refused before any data is read, and their
+writers. Nothing in such a set may be missing.
 """
 
 from __future__ import annotations
@@ -14,19 +13,23 @@ from wxstats.io.atomic import Writer
 from wxstats.runtime.options import ComputeOptions
 from wxstats.sources.base import Source
 
+FOLDER_FORMATS = {"makani": ".npy files", "ace": "netCDF files"}
+"""Formats writing a folder with per-grid-point time means: what their files are."""
 
-def refuse_for_makani(options: ComputeOptions) -> None:
-    """What makani's files cannot hold, refused before any data is read."""
+
+def refuse_for_folder_format(options: ComputeOptions) -> None:
+    """What makani's or ACE's files cannot hold, refused before any data is read."""
+    fmt = options.output_format
     given = {
         "--output (give --output-dir)": options.output is not None,
         "--write-into": options.write_into,
         "--state": options.state is not None or options.base_state is not None,
-        "--skipna (makani's time means keep a NaN)": options.skipna,
+        f"--skipna ({fmt}'s time means keep a NaN)": options.skipna,
     }
     flags = [flag for flag, value in given.items() if value]
     if flags:
         raise WxstatsError(
-            f"--format makani writes a folder of .npy files; not with {', '.join(flags)}"
+            f"--format {fmt} writes a folder of {FOLDER_FORMATS[fmt]}; not with {', '.join(flags)}"
         )
 
 
@@ -87,6 +90,39 @@ def graphcast_set(
     if stats is None:
         return {folder / name: None for name in GRAPHCAST_FILES}
     return dict(graphcast_outputs(stats, folder, splits[0], steps[0]))
+
+
+def ace_set(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """ACE's files: one split, one residual step, one field with time per variable name."""
+    from wxstats.io.formats.ace import ACE_FILES, ace_outputs
+
+    splits, steps = [s.name for s in source.splits], source.diff_steps
+    if len(splits) != 1 or len(steps) != 1:
+        raise WxstatsError(
+            f"{source.path}: --format ace writes the statistics of one split and one residual "
+            f"step (this run has splits {', '.join(splits)} and steps "
+            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
+        )
+    bad = [
+        f"{v.name}: {'no time' if not v.has_time else ', '.join(v.feature_dims)}"
+        for v in source.vars
+        if not v.has_time or v.feature_dims
+    ]
+    if bad:
+        raise WxstatsError(
+            f"{source.path}: --format ace needs one field with time per variable (ACE reads a "
+            f"scalar per name; choose others with --variables); found {'; '.join(bad)}"
+        )
+    folder = Path(options.output_dir or ".")
+    refuse_short_split(source, "ace", "scaling-residual.nc")
+    if stats is None:
+        return {folder / name: None for name in ACE_FILES}
+    grids = {
+        v.name: (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars
+    }
+    return dict(ace_outputs(stats, folder, splits[0], steps[0], grids))
 
 
 def split_lengths(source: Source) -> dict[str, int]:

@@ -156,7 +156,8 @@ class AnemoiSource:
             )
         self.start, self.stop = self._window(attrs, period)
         self.missing = self._missing(attrs.get("missing_dates") or [])
-        self.diff_steps = tuple(sorted(set(diff_steps or self._stored_steps() or (1,))))
+        default = self._stored_steps() or self._recipe_steps(attrs.get("recipe")) or (1,)
+        self.diff_steps = tuple(sorted(set(diff_steps or default)))
         n = self.stop - self.start
         if self.diff_steps[-1] >= n:
             raise InputError(
@@ -184,6 +185,7 @@ class AnemoiSource:
             StreamSpec(
                 STREAM, self.variables, units, self.diff_steps, list(self.variables),
                 flat_layout("state", SPLIT, self.variables, units, list(self.variables)),
+                diff_span={k: k * self.step_seconds for k in self.diff_steps},
             )
         ]  # fmt: skip
         self.attrs = {
@@ -245,6 +247,29 @@ class AnemoiSource:
         for name in self.stored_tendencies():
             seconds = span_seconds(name) or 0
             if seconds and seconds % self.step_seconds == 0:
+                steps.append(seconds // self.step_seconds)
+        return tuple(steps)
+
+    def _recipe_steps(self, recipe: Any) -> tuple[int, ...]:
+        """The tendency steps the dataset's recipe asks for (``statistics: {tendencies:
+        [6h, 12h]}``; ``true``: anemoi's 1, 3, 6, 12 and 24 hours), as anemoi's
+        ``finalise`` would compute them: the default of a dataset whose statistics
+        arrays are not written yet (after ``init``/``load --parts``). A span that is
+        not a whole number of dates is left out, as anemoi leaves it out."""
+        section = recipe.get("statistics") if isinstance(recipe, dict) else None
+        asked = section.get("tendencies") if isinstance(section, dict) else None
+        if asked is None or asked is False:
+            return ()
+        spans = [1, 3, 6, 12, 24] if asked is True else asked
+        steps = []
+        for span in spans if isinstance(spans, list) else [spans]:
+            seconds = span_seconds(span)
+            if seconds is None:
+                raise InputError(
+                    f"{self.path}: the recipe's statistics.tendencies holds {span!r}, not a "
+                    "time span (6h, 12h, 1d); give the tendencies with --diff-steps"
+                )
+            if seconds % self.step_seconds == 0:
                 steps.append(seconds // self.step_seconds)
         return tuple(steps)
 
@@ -323,13 +348,20 @@ class AnemoiSource:
     def inputs(self) -> list[str]:
         return [self.path]
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`)."""
         where = os.path.realpath(self.path)
         return {
-            "kind": KIND,
-            "files": [[where, None, None]],
-            "arrays": array_fingerprints(where, ["data", "dates"]),
-            "window": [self.start, self.stop],
-            "variables": list(self.variables),
-            "diff_steps": list(self.diff_steps),
+            "data": {
+                "kind": KIND,
+                "features": list(self.variables),
+                "diff_steps": list(self.diff_steps),
+            },
+            "run": {"window": [self.start, self.stop]},
+            "files": {
+                "files": [[where, None, None]],
+                "arrays": array_fingerprints(where, ["data", "dates"]),
+            }
+            if files
+            else {},
         }

@@ -64,6 +64,15 @@ def _raw_read_seconds(source: Source, index: int) -> float:
     return time.perf_counter() - started
 
 
+def _running_threads(requested: int | None) -> int:
+    """The threads a run computes with at once: ``--threads`` (by default the
+    command's own default), never more than the CPUs this process may use."""
+    from wxstats.core.machine import available_cpus
+    from wxstats.runtime.run import default_threads
+
+    return max(1, min(requested or default_threads(), available_cpus()))
+
+
 def measure(source: Source, skipna: bool, notes: list[str]) -> tuple[float | None, float | None]:
     """(raw-read GB/s, one-thread compute GB/s) on sample 0 (see module docstring)."""
     from wxstats.runtime.engine import references, sample_accumulator
@@ -124,8 +133,13 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
         streams=[(s.name, list(s.features)) for s in source.streams],
         total_bytes=sum(sample_sizes(source)),
         first_sample=source.describe(0),
-        threads=options.threads or 1,
+        threads=_running_threads(options.threads),
     )
+    if options.threads and options.threads > plan.threads:
+        plan.notes.append(
+            f"--threads {options.threads} on {plan.threads} CPUs: the estimate counts "
+            f"{plan.threads}, the threads that can run at once"
+        )
     paths = list(planned_outputs(source, None, options))
     side = sidecar_path(source, options)  # an anemoi statistics store (a folder)
     paths += [side] if side is not None else []

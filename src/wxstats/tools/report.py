@@ -54,9 +54,10 @@ def _rich_table(state, title: str):
         table.add_column(column, justify="left" if column in ("variable", "units") else "right")
     steps = sorted(state.diff)
     for k in steps:
-        table.add_column(f"diff{k} mean", justify="right")
-        table.add_column(f"diff{k} std", justify="right")
-        table.add_column(f"diff{k} std/std", justify="right")
+        label = state.diff_label(k)
+        table.add_column(f"{label} mean", justify="right")
+        table.add_column(f"{label} std", justify="right")
+        table.add_column(f"{label} std/std", justify="right")
     for f, name in enumerate(state.features):
         row = [
             name,
@@ -110,8 +111,8 @@ def _html_stream_table(
     ops = [op for op in shown if stream.op(op) is not None]
     head = ["variable", "units", *ops]
     for k in steps:
-        tag = f"diff{k if k is not None else ''}"
-        head += [f"{tag} mean", f"{tag} std", f"{tag} std/std"]
+        label = stream.diff_label(k)
+        head += [f"{label} mean", f"{label} std", f"{label} std/std"]
     head.append("warnings")
     rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     diffs = {
