@@ -238,8 +238,8 @@ def planned_outputs(
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
         static = options.output_dir or meps_static_dir(source)
+        check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
         if stats is None:
-            check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
             outputs.update({static / name: None for name in NEURALLAM_FILES})
         else:
             outputs.update(
