@@ -281,6 +281,9 @@ class Prepared:
         try:
             self._commit(writers, before_renames)
         finally:
+            for final, temp in self.temps.items():
+                if final not in writers:  # prepared, but nothing to write after all
+                    temp.unlink(missing_ok=True)
             self.discard()
 
     def _commit(self, writers: dict[Path, Writer], before_renames) -> None:
