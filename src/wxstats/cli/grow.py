@@ -45,7 +45,8 @@ def add_state_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.wxstate",
         help="also write the exact accumulator, to add later data with 'wxstats update' or "
-        "join other ranges with 'wxstats merge' (one split)",
+        "join other ranges with 'wxstats merge' (one split); the statistics file defaults to "
+        "the state's name with .stats.nc",
     )
     g.add_argument(
         "--reference-state",

@@ -274,20 +274,20 @@ class Job:
         """Leave the job; rank 0 (which may host the store) leaves last."""
         import torch.distributed as dist
 
-        # not waited for: the dead, and the rank that failed (it may be stuck in a read,
-        # to be ended by its own watchdog: waiting for it kept rank 0 up to --timeout)
-        gone = set(self.monitor.dead) if self.monitor is not None else set()
-        if self.monitor is not None and self.monitor.failure is not None:
-            gone.add(self.monitor.failure[0])
-        waiting = [f"left/{r}" for r in range(1, self.world_size) if r not in gone]
+        # not waited for: the dead or gone (also meanwhile), the rank that failed (it may be
+        # stuck in a read, to be ended by its watchdog: waiting kept rank 0 up to --timeout)
+        deadline = time.monotonic() + min(self.timeout, 30.0)
         try:
-            if self.rank == 0:
-                deadline = time.monotonic() + min(self.timeout, 30.0)
-                while waiting and time.monotonic() < deadline:
-                    if self.store.check(waiting):
-                        break
-                    time.sleep(0.05)
-            else:
+            while self.rank == 0 and time.monotonic() < deadline:
+                gone = set(self.monitor.dead) if self.monitor is not None else set()
+                gone |= self.liveness.gone if self.liveness is not None else set()
+                if self.monitor is not None and self.monitor.failure is not None:
+                    gone.add(self.monitor.failure[0])
+                waiting = [f"left/{r}" for r in range(1, self.world_size) if r not in gone]
+                if not waiting or self.store.check(waiting):
+                    break
+                time.sleep(0.05)
+            if self.rank != 0:
                 self.store.set(f"left/{self.rank}", "1")
         except Exception:  # noqa: BLE001 - the store may be gone: nothing to tell
             pass
