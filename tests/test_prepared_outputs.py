@@ -214,7 +214,7 @@ def test_a_signal_right_after_the_commit_does_not_undo_the_run(tmp_path, capsys,
     assert main(["compute", str(store), "--output", str(out)]) == 0
     captured = capsys.readouterr()
     assert "no output was written" not in captured.err and "interrupted" not in captured.err
-    assert f"wrote 1 files: {out}" in captured.out
+    assert f"wrote 1 file: {out}" in captured.out
     with xr.open_dataset(out) as got:
         np.testing.assert_allclose(
             got["t2m__train__mean"].values, ds["t2m"].values.astype(np.float64).mean(), rtol=1e-12
