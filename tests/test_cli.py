@@ -140,7 +140,7 @@ def test_a_full_disk_while_writing_leaves_the_previous_outputs_intact(
     monkeypatch.setattr(torch, "save", filling_the_disk)
     assert main(["compute", str(meps_copy), "--quiet", "--overwrite", "--step-length", "1"]) == 2
     err = capsys.readouterr().err
-    assert "No space left on device" in err and "nothing was replaced" in err
+    assert "diff_mean.pt: no space left on " in err and "Nothing was written or replaced" in err
     assert "Traceback" not in err
     assert {p.name: p.read_bytes() for p in static.iterdir()} == before  # no temporary files
 

@@ -18,7 +18,7 @@ from wxstats.cli import main
 from wxstats.core.errors import WxstatsError
 from wxstats.io.formats import mdp
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.outputs import check_outputs, open_source
+from wxstats.runtime.outputs import open_source, prepare_outputs
 from wxstats.runtime.run import compute
 
 TRAIN, VAL = (0, 24), (24, 36)
@@ -200,7 +200,7 @@ def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
     xr.Dataset({"state__train__mean": per_point}).to_zarr(path, mode="a", consolidated=True)
     source = open_source(ComputeOptions(dataset=path))
     with pytest.raises(WxstatsError, match=r"state__train__mean has dimensions \('grid_index'"):
-        check_outputs(source, ComputeOptions(write_into=True))
+        prepare_outputs(source, ComputeOptions(write_into=True)).discard()
 
 
 def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store):

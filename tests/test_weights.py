@@ -227,8 +227,8 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
 
 
 def test_weights_must_match_to_grow(store, tmp_path, capsys):
-    """An update takes the state's weights; other latitudes, or a state summed
-    without weights, are refused."""
+    """An update takes the state's weights; other latitudes (named, with their
+    range), or a state summed without weights, are refused."""
     root, ds, _ = store
     a = tmp_path / "a.wxstate"
     args = ["compute", str(root / "a.zarr"), "--weights", "coslat", "--state", str(a)]
@@ -241,11 +241,11 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
         tmp_path,
         ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
         "moved.zarr",
-        "--weights coslat: other weights",
+        "lat differs: ascending -81..88 (6 values) in",
     )
     plain = tmp_path / "plain.wxstate"
     args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
-    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
+    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights none in")
 
 
 def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):
@@ -394,5 +394,5 @@ def test_flipped_latitudes_are_other_weights(tmp_path, capsys):
         tmp_path,
         ["update", str(state), b, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
         "b.zarr",
-        "--weights coslat: other weights",
+        "lat differs: descending 75..-75 (6 values) in",  # the run identity's grid, first
     )

@@ -43,6 +43,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv: list[str] | None = None) -> int:
+    """A command in the caller's process, which gets its SIGINT and SIGTERM
+    handlers back (a run ignores both once its outputs are in place:
+    :func:`wxstats.runtime.run.outputs_final`)."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _command(argv)
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _command(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -104,16 +117,17 @@ def console() -> int:
     # one line wxstats says about it; its errors still show
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGINT, _first_interrupt)
-    code = main()
+    code = _command()  # not main: the handlers a finished run set stay until the end
     # everything still alive stays until the process ends: frozen, the interpreter's
     # final collections skip it (0.17 s of every run with xarray, zarr and numba
     # loaded, against 0.02 s); objects are still released and atexit still runs
     gc.freeze()
     # the command has said what happened; a Ctrl-C (or SIGTERM) while the process
     # ends (threads finishing their block, torch's atexit) stops it at once, quietly,
-    # instead of a KeyboardInterrupt traceback from the interpreter's shutdown
+    # instead of a KeyboardInterrupt traceback from the interpreter's shutdown, with
+    # the status of the command (which has finished: a launcher reads its outcome)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _stop_now)
+        signal.signal(signum, lambda signum, frame: _stop_now(signum, frame, code))
     return code
 
 
@@ -124,7 +138,7 @@ def _first_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stop_now(signum: int, frame: Any) -> None:
+def _stop_now(signum: int, frame: Any, code: int | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(128 + signum)
+    os._exit(128 + signum if code is None else code)

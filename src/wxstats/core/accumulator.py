@@ -252,6 +252,7 @@ class RunMoments:
                 maximum=np.where(values.count > 0, values.maximum, np.nan),
                 nan_count=values.nan_count.copy(),
                 diff=diff,
+                diff_span={k: v for k, v in spec.diff_span.items() if k in diff},
                 long_names=list(spec.long_names),
                 layout=spec.layout,
                 time_mean=self._time_mean(spec, refs[spec.name]),

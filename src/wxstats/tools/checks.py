@@ -81,7 +81,7 @@ def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
             ratio = stream.standardized_diff(step)[1]
             if std is None or not 0 < std < math.inf:
                 continue
-            tag = f"step {step}" if step is not None else "one step"
+            tag = stream.step_text(step) or "one step"
             pairs = stream.diff[step].count
             if not 0 <= ratio[i] < math.inf:
                 if pairs is None or pairs[i] > 0:  # no pairs: nothing to standardize

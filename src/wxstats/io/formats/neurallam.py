@@ -198,6 +198,22 @@ def _same_lengths(static: Path, arrays: dict[str, np.ndarray]) -> int:
     )
 
 
+def _recorded_step(static: Path) -> int | None:
+    """The difference step (hours) recorded in the ``wxstats_stats.nc`` a MEPS
+    run writes beside the ``.pt`` files; None without one."""
+    path = static / "wxstats_stats.nc"
+    if not path.is_file():
+        return None
+    import xarray as xr
+
+    try:
+        with xr.open_dataset(path) as ds:
+            steps = np.asarray(ds["diff_step"].values) if "diff_step" in ds.coords else []
+    except (OSError, ValueError):
+        return None  # read on its own (wxstats report), it says what is wrong
+    return int(steps[0]) if len(steps) == 1 else None
+
+
 def read_neurallam_static(static: Path) -> Stats:
     """A neural-lam ``static/`` folder (float32 ``.pt`` files, widened exactly)."""
     missing = [n for n in TENSOR_FILES.values() if not (static / n).is_file()]
@@ -218,6 +234,8 @@ def read_neurallam_static(static: Path) -> Stats:
             units = [str(u) if u is not None else "" for u in dataset["var_units"]]
         match = re.fullmatch(r"(?:PT)?(\d+)\s*[hH]?", str(dataset.get("step_length", "")))
         step = int(match.group(1)) if match else None
+    # the step of the run that wrote the folder (--step-length may differ from the YAML's)
+    step = _recorded_step(static) or step
     std = arrays["std"]
     tag = f"diff{step if step is not None else ''}"
     state = StreamStats(
@@ -237,6 +255,7 @@ def read_neurallam_static(static: Path) -> Stats:
         layout=StreamLayout(prefix="state", split="", category="state"),
         named=names is not None,
         derived={f"{tag} mean", f"{tag} std"},
+        diff_span={step: step * 3600} if step is not None else {},  # MEPS steps are hours
     )
     streams = {"state": state}
     if (static / FLUX_FILE).is_file():
