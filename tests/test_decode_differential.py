@@ -316,9 +316,9 @@ def check(path: Path, case: Case) -> None:
     reference = xarray_reference(path, case)
     if reference is None:
         return  # xarray cannot decode it: nothing to compare with
-    stored = case.raw.copy()
-    if case.fill is not None:
-        stored[case.written :] = case.fill
+    stored = case.raw.copy()  # as the file holds it: never-written steps are fills
+    default = NETCDF_DEFAULT_FILL[case.stored.str[1:]]
+    stored[case.written :] = case.fill if case.fill is not None else default
     for values in named.values():
         for value in values:
             reference[stored == value] = np.nan
