@@ -418,3 +418,12 @@ def test_constant_series_whose_first_steps_are_nan_has_std_zero(tmp_path):
         got = stream.streams["v__train"]
         value = np.float64(x) + np.float64(np.float32(273.15))
         assert (got.count[0], got.mean[0], got.std[0]) == (3, value, 0.0)
+
+
+def test_unsigned_false_reads_unsigned_storage_as_signed(tmp_path):
+    """``_Unsigned="false"`` on uint8 storage (netCDF-4 writers of signed bytes):
+    main read 255 as 255, xarray (and netCDF) as -1."""
+    raw = np.arange(0, 256, 8, dtype=np.uint8).reshape(4, 2, 4)
+    case = Case("nc4", np.dtype("u1"), raw, {"_Unsigned": "false"}, chunks=(2, 2, 4), written=4)
+    write(case, tmp_path / "v.nc")
+    check(tmp_path / "v.nc", case)
