@@ -26,13 +26,14 @@ from wxstats.core.kernels import Block
 from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
+    first_values,
     plan_blocks,
     read_slab,
     read_static,
     shared_steps,
 )
 from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
-from wxstats.sources.xarray.decode import decoding
+from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
@@ -118,7 +119,9 @@ class XarraySource:
             self.options.feature_dims,
         )
         self._decodings = {
-            (i, v.name): decoding(p.ds.variables[v.name], f"{p.path}: variable {v.name}")
+            (i, v.name): decoding(
+                p.ds.variables[v.name], f"{p.path}: variable {v.name}", not is_zarr(p.path)
+            )
             for i, p in enumerate(self.parts)
             for v in self.vars
             if v.has_time or i == 0
@@ -185,9 +188,9 @@ class XarraySource:
         out = {}
         for v in self.vars:
             fill = self._chunks.fill_value(v.name) if self._chunks else None
+            dtype = self.parts[0].ds.variables[v.name].dtype
             dec = self._decodings[(0, v.name)]
-            nan = fill is not None and np.asarray(fill).dtype.kind == "f" and np.isnan(fill)
-            out[v.name] = bool(nan or (fill is not None and any(fill == f for f in dec.fills)))
+            out[v.name] = fill is not None and is_missing(fill, dtype, dec)
         return out
 
     def _where(self, time_index: int) -> str:
@@ -211,7 +214,7 @@ class XarraySource:
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
             "reduced_dims": ",".join(sorted({d for v in self.vars for d in v.grid_dims})),
             "decoding": "packed integers decoded in float64 as raw * scale_factor + add_offset; "
-            "_FillValue and missing_value are NaN",
+            "_FillValue and missing_value are NaN; netCDF default fills without _FillValue refused",
             "diff_definition": "x[t] - x[t-k] over pairs with both times inside the split",
         }
 
@@ -299,8 +302,20 @@ class XarraySource:
                     out[name] = Block(static[v.name], self._channels(v), (0, 1))
                     continue
                 array = self._read(v, split.start, stop)
-                diffs = {k: (k, k + 1) if k < array.shape[0] else (0, 0) for k in self.diff_steps}
-                out[name] = Block(array, self._channels(v), (0, 1), diffs)
+                n = array.shape[0]
+                later = first_values(
+                    lambda a, b, v=v: self._read(v, a, b),
+                    self._channels(v),
+                    array,
+                    (split.start + n, split.stop),
+                    self.options.block_bytes,
+                )
+                off = 0
+                if later is not None:  # [first step, later steps..., the steps read]
+                    off = 1 + later.shape[0]
+                    array = np.concatenate([array[:1], later, array])
+                diffs = {k: (off + k, off + k + 1) if k < n else (0, 0) for k in self.diff_steps}
+                out[name] = Block(array, self._channels(v), (0, max(off, 1)), diffs)
         return out
 
     def prefetch(self, index: int) -> None:

@@ -16,7 +16,8 @@ library's own basic slicing. A chunk that is missing (deleted, or never
 written) is read as the array's fill value only if that value decodes to
 missing (NaN), so the kernel refuses it without ``--skipna`` and counts it in
 ``nan_count`` with it (with a warning naming the first missing chunk of the
-variable); any other missing chunk is an error naming it, never a silent number.
+variable); any other missing chunk is an error naming it, never a silent number,
+unless the format says a missing chunk is one never written (HDF5).
 """
 
 from __future__ import annotations
@@ -63,6 +64,11 @@ class ChunkedArray:
     codec: ChunkCodec | None  # None: read with read_plain
     key: Callable[[tuple[int, ...]], str]  # chunk coordinates -> the store's key
     read_plain: Callable[[tuple[slice, ...]], np.ndarray]  # the format library's slicing
+    never_written: bool = False
+    """Whether a missing chunk can only be one never written, which reads as a fill
+    value the writer chose (HDF5 with a fill value: nothing deletes a chunk): it is
+    decoded like written values, missing if the fill is, refused if netCDF's
+    default fill (:mod:`.decode`), else data."""
 
 
 class ChunkSource(Protocol):
@@ -290,12 +296,13 @@ class ChunkReader:
                 f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             ) from None
         if data is None:
-            if not req.missing_ok:
+            if req.missing_ok:
+                self._warn_missing(req.name, key)
+            elif not arr.never_written:
                 raise InputError(
                     f"{where}: chunk object {key} is missing from the store (it would read "
                     f"as the fill value {arr.fill_value!r}: silently wrong numbers)"
                 )
-            self._warn_missing(req.name, key)
             return None
         try:
             raw = codec.decompress(data) if codec.decompress else data

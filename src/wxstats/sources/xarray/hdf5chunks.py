@@ -14,7 +14,8 @@ A contiguous, unfiltered variable is memory-mapped at its offset in the file
 (a plain copy of the page cache, no lock). Any other filter (fletcher32
 checksums, szip, plugins such as zstd or blosc) or storage is read with h5py's
 own slicing. A chunk never written reads as the variable's fill value, as
-HDF5 reads it, under the reader's rule for missing chunks.
+HDF5 reads it, and is decoded like written values (nothing deletes a chunk),
+unless the variable has no fill value (netCDF's NOFILL mode): then it is refused.
 """
 
 from __future__ import annotations
@@ -185,9 +186,22 @@ class Hdf5ChunkReader(ChunkReader):
             codec=codec,
             key=lambda coords: chunk_key(name, coords),
             read_plain=read_plain,
+            never_written=_fills(dataset),
         )
 
     def close(self) -> None:
         super().close()
         self.file.close()
         self.store.close()
+
+
+def _fills(dataset: Any) -> bool:
+    """Whether HDF5 writes the dataset's own fill value where nothing was written
+    (netCDF's NOFILL mode leaves whatever was on disk, read as zeros: not a fill)."""
+    import h5py
+
+    plist = dataset.id.get_create_plist()
+    return (
+        plist.get_fill_time() != h5py.h5d.FILL_TIME_NEVER
+        and plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
+    )
