@@ -29,6 +29,7 @@ def _payload(variable) -> bytes | list:
     values = np.asarray(variable[:])
     return values.tolist() if values.dtype == object else values.tobytes()
 
+
 def _fingerprint(source, skipna=False):
     return run_identity(source, skipna)
 
