@@ -18,13 +18,14 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
@@ -123,6 +124,9 @@ class Launch:
     token: str = ""
     """What this job is (``slurm job 12 step 0``, torchrun's run id...): ranks that
     reach a store holding another token refuse to join (two jobs on one port)."""
+    master_from: str = field(default="", compare=False)
+    """The variable ``master_addr`` came from (``MASTER_ADDR``, ``SLURM_JOB_NODELIST``...),
+    for the message if it cannot be resolved."""
 
     def default_threads(self) -> int:
         """Threads so that ranks × threads ≈ the CPUs this node gives the job."""
@@ -153,14 +157,24 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         world = _int(env, "WORLD_SIZE")
+        rank, local_rank = _int(env, "RANK"), _int(env, "LOCAL_RANK", 0)
+        local_world = _int(env, "LOCAL_WORLD_SIZE", 0)
+        _check_place(
+            env,
+            (rank, "RANK"),
+            (world, "WORLD_SIZE"),
+            (local_rank, "LOCAL_RANK"),
+            (local_world, "LOCAL_WORLD_SIZE"),
+        )
         return Launch(
             launcher=env.get("WXSTATS_LAUNCHER", "torchrun"),
-            rank=_int(env, "RANK"),
+            rank=rank,
             world_size=world,
-            local_rank=_int(env, "LOCAL_RANK", 0),
-            local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+            local_rank=local_rank,
+            local_world_size=local_world or 1,
             master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
             master_port=_int(env, "MASTER_PORT"),
+            master_from="MASTER_ADDR" if env.get("MASTER_ADDR") else "",
             token=env.get("WXSTATS_JOB_TOKEN")
             or (
                 f"torchrun run {env['TORCHELASTIC_RUN_ID']}"
@@ -169,14 +183,21 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
             ),
         )
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
-        world = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
-        nodelist = (
-            env.get("SLURM_STEP_NODELIST")
-            or env.get("SLURM_JOB_NODELIST")
-            or env.get("SLURM_NODELIST")
+        world_var = next(
+            (n for n in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if env.get(n)), "SLURM_NTASKS"
         )
+        world = _int(env, world_var, 1)
+        list_var = next(
+            (
+                n
+                for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+                if env.get(n)
+            ),
+            "SLURM_JOB_NODELIST",
+        )
+        nodelist = env.get(list_var)
         if env.get("MASTER_ADDR"):
-            master = env["MASTER_ADDR"]
+            master, list_var = env["MASTER_ADDR"], "MASTER_ADDR"
         elif nodelist:
             try:
                 master = expand_nodelist(nodelist)[0]
@@ -184,14 +205,26 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
                 raise WxstatsError(f"cannot read SLURM node list {nodelist!r}: {exc}") from None
         else:
             raise WxstatsError("SLURM_JOB_NODELIST is not set: cannot find the master node")
-        local_world = 1
-        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+        local_world = 0  # unknown
+        per_node_var = next(
+            (n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if env.get(n)),
+            "SLURM_STEP_TASKS_PER_NODE",
+        )
+        per_node = env.get(per_node_var)
         if per_node:
             try:
                 counts = _tasks_per_node(per_node)
                 local_world = counts[min(_int(env, "SLURM_NODEID", 0), len(counts) - 1)]
             except ValueError:
-                local_world = 1
+                local_world = 0
+        rank, local_rank = _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID", 0)
+        _check_place(
+            env,
+            (rank, "SLURM_PROCID"),
+            (world, world_var),
+            (local_rank, "SLURM_LOCALID"),
+            (local_world, per_node_var),
+        )
         step = env.get("SLURM_STEP_ID", "0")
         port = (
             _int(env, "MASTER_PORT")
@@ -201,12 +234,13 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
         cpus = env.get("SLURM_CPUS_PER_TASK")
         return Launch(
             launcher="slurm",
-            rank=_int(env, "SLURM_PROCID"),
+            rank=rank,
             world_size=world,
-            local_rank=_int(env, "SLURM_LOCALID", 0),
-            local_world_size=local_world,
+            local_rank=local_rank,
+            local_world_size=local_world or 1,
             master_addr=master,
             master_port=port,
+            master_from=list_var,
             cpus_per_rank=int(cpus) if cpus and cpus.isdigit() else None,
             token=env.get("WXSTATS_JOB_TOKEN")
             or f"slurm job {env.get('SLURM_JOB_ID', '?')} step {step}",
@@ -214,13 +248,63 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     return None
 
 
+def _check_place(
+    env: Mapping[str, str],
+    rank: tuple[int, str],
+    world: tuple[int, str],
+    local: tuple[int, str],
+    local_world: tuple[int, str],
+) -> None:
+    """Refuse, in one line and before any rendezvous, a rank that cannot be part of
+    its job: torch would wait for ranks that never come, or fail with its own trace.
+    Each pair is (value, variable); a local world size of 0 means not given."""
+
+    def said(pair: tuple[int, str]) -> str:
+        return f"{pair[1]}={env.get(pair[1], pair[0])}"
+
+    if world[0] < 1:
+        raise WxstatsError(f"launcher environment: {said(world)}: a job has at least 1 rank")
+    if not 0 <= rank[0] < world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(rank)} is not a rank of a job of {said(world)} "
+            f"(ranks are 0 to {world[0] - 1})"
+        )
+    if local[0] < 0 or local[0] > rank[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local)} with {said(rank)}: a local rank is "
+            "0 or more and at most the rank"
+        )
+    if local_world[0] > world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local_world)} gives this node {local_world[0]} "
+            f"ranks, more than the job's {said(world)}"
+        )
+    if local_world[0] and local[0] >= local_world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local)} but this node runs {local_world[0]} ranks "
+            f"({said(local_world)}): local ranks are 0 to {local_world[0] - 1}"
+        )
+
+
+def check_master(launch: Launch) -> None:
+    """Refuse at once a master host that does not resolve (it would show only as a
+    connect timeout after ``--timeout`` seconds)."""
+    try:
+        socket.getaddrinfo(launch.master_addr, launch.master_port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        origin = f" (from {launch.master_from})" if launch.master_from else ""
+        reason = getattr(exc, "strerror", None) or exc
+        raise WxstatsError(
+            f"rank {launch.rank}: the job's master host {launch.master_addr!r}{origin} "
+            f"cannot be resolved: {reason}"
+        ) from None
+
+
 # -- --nproc: ranks started here ---------------------------------------------------
 
 
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 now (the OS picks it)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
