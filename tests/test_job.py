@@ -36,7 +36,7 @@ from distributed_helpers import (
 )
 
 from wxstats.cli import main
-from wxstats.runtime.job import resolve_backend
+from wxstats.runtime.devices import resolve_backend
 from wxstats.runtime.launch import (
     Launch,
     free_port,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from wxstats.core.errors import WxstatsError
-from wxstats.runtime.job import check_local_devices, resolve_backend
+from wxstats.runtime.devices import check_local_devices, resolve_backend
 from wxstats.runtime.launch import (
     Launch,
     detect_launch,

@@ -18,7 +18,8 @@ from wxstats.runtime.options import ComputeOptions
 
 def run_compute(options: ComputeOptions) -> int:
     from wxstats.runtime import launch
-    from wxstats.runtime.job import Job, Solo, check_local_devices
+    from wxstats.runtime.devices import check_local_devices
+    from wxstats.runtime.job import Job, Solo
     from wxstats.runtime.run import default_threads, execute
 
     found = launch.detect_launch()

@@ -5,18 +5,19 @@
 * ``torchrun`` — ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
   ``MASTER_PORT`` (one node or many);
 * ``srun`` — ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the first
-  host of ``SLURM_JOB_NODELIST`` (expanded here, no ``scontrol``) is the master
+  host of ``SLURM_JOB_NODELIST`` (:mod:`wxstats.runtime.slurm`) is the master
   and the port comes from the job and step ids, so that two jobs sharing a
   node do not meet; ``MASTER_ADDR``/``MASTER_PORT`` win when set.
 
-:func:`detect_launch` says which (``None``: a plain single process).
+:func:`detect_launch` says which (``None``: a plain single process), and
+refuses at once a rank that cannot belong to its job; :func:`check_master`
+refuses a master host that does not resolve, before any rendezvous.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -30,81 +31,11 @@ from typing import Any
 
 from wxstats.core.errors import WxstatsError
 from wxstats.core.machine import available_cpus
+from wxstats.runtime.slurm import expand_nodelist, slurm_port, tasks_per_node
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds to wait for all ranks to join, for a silent rank before it is
 declared dead, and for a rank to stop after another failed."""
-
-SLURM_PORT_BASE = 20000
-
-
-# -- Slurm ---------------------------------------------------------------------
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in {text!r}")
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise ValueError(f"unbalanced '[' in {text!r}")
-    items.append(text[start:])
-    return [item for item in items if item]
-
-
-def _expand_range(spec: str, whole: str) -> list[str]:
-    values = []
-    for part in spec.split(","):
-        low, sep, high = part.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"bad range {part!r} in {whole!r}")
-        width = len(low)  # "01-03" keeps its zero padding
-        for n in range(int(low), int(high if sep else low) + 1):
-            values.append(str(n).zfill(width))
-    return values
-
-
-def expand_nodelist(text: str) -> list[str]:
-    """Host names of a Slurm node list, in order: ``node[01-03,07]`` →
-    node01 node02 node03 node07; ``a1,b[2-4]``; ``r[1-2]-n[1-2]`` (products)."""
-    hosts: list[str] = []
-    for item in _split_top(text.strip()):
-        match = re.search(r"\[([^\[\]]*)\]", item)
-        if match is None:
-            if "]" in item:
-                raise ValueError(f"unbalanced ']' in {text!r}")
-            hosts.append(item)
-            continue
-        head, tail = item[: match.start()], item[match.end() :]
-        for value in _expand_range(match.group(1), text):
-            hosts.extend(expand_nodelist(head + value + tail))
-    return hosts
-
-
-def _tasks_per_node(text: str) -> list[int]:
-    """``SLURM_STEP_TASKS_PER_NODE`` such as ``2(x3),1`` → [2, 2, 2, 1]."""
-    counts = []
-    for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if match is None:
-            raise ValueError(f"bad tasks-per-node list {text!r}")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    return counts
-
-
-def slurm_port(job_id: int, step_id: int) -> int:
-    """A port for the job's store, from 20000 to 59999: two jobs whose ids
-    differ by less than 5000 never share one, nor do 8 consecutive steps."""
-    return SLURM_PORT_BASE + (job_id % 5000) * 8 + step_id % 8
-
 
 # -- launch environment -----------------------------------------------------------
 
@@ -147,6 +78,11 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
         raise WxstatsError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _first_set(env: Mapping[str, str], *names: str) -> str:
+    """The first of ``names`` set in ``env`` (the last one if none is)."""
+    return next((name for name in names if env.get(name)), names[-1])
+
+
 def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     """The job this process belongs to, or ``None`` for a plain single process.
 
@@ -183,18 +119,9 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
             ),
         )
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
-        world_var = next(
-            (n for n in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if env.get(n)), "SLURM_NTASKS"
-        )
+        world_var = _first_set(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
         world = _int(env, world_var, 1)
-        list_var = next(
-            (
-                n
-                for n in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
-                if env.get(n)
-            ),
-            "SLURM_JOB_NODELIST",
-        )
+        list_var = _first_set(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
         nodelist = env.get(list_var)
         if env.get("MASTER_ADDR"):
             master, list_var = env["MASTER_ADDR"], "MASTER_ADDR"
@@ -206,14 +133,11 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
         else:
             raise WxstatsError("SLURM_JOB_NODELIST is not set: cannot find the master node")
         local_world = 0  # unknown
-        per_node_var = next(
-            (n for n in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE") if env.get(n)),
-            "SLURM_STEP_TASKS_PER_NODE",
-        )
+        per_node_var = _first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
         per_node = env.get(per_node_var)
         if per_node:
             try:
-                counts = _tasks_per_node(per_node)
+                counts = tasks_per_node(per_node)
                 local_world = counts[min(_int(env, "SLURM_NODEID", 0), len(counts) - 1)]
             except ValueError:
                 local_world = 0
