@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README "Quick start"; .ci/run calls it on a clean clone):
 # install wxstats with the CPU build of torch and the test tools, make (once, cached under
-# ~/.cache/wxstats) the neural-lam and anemoi-datasets environments of the interoperability
-# tier, run everything.
+# ~/.cache/wxstats) the neural-lam, anemoi-datasets and fme (ACE) environments of the
+# interoperability tier, run everything.
 # The Slurm tier installs and starts a one-machine Slurm itself (tests/test_slurm.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,5 +13,7 @@ WXSTATS_NEURALLAM_PYTHON="$(bash scripts/neural-lam-env.sh)"
 export WXSTATS_NEURALLAM_PYTHON
 WXSTATS_ANEMOI_PYTHON="$(bash scripts/anemoi-env.sh)"
 export WXSTATS_ANEMOI_PYTHON
+WXSTATS_FME_PYTHON="$(bash scripts/fme-env.sh)"
+export WXSTATS_FME_PYTHON
 echo "scripts/test.sh: running the tests" >&2
 python -m pytest "$@"

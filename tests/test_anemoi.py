@@ -393,7 +393,7 @@ def test_compare_an_anemoi_dataset_with_wxstats_files(dataset, tmp_path, capsys)
     capsys.readouterr()
     assert main(["compare", str(side), str(nc), "--rtol", "1e-15"]) == 0
     out = capsys.readouterr().out
-    assert "msl" in out and "z_500" in out and "diff1 std" in out
+    assert "msl" in out and "z_500" in out and "diff 6h std" in out
     # another window differs, variable by variable
     args = ["compute", str(path), "--period", "2020-01-02/", "--output", str(tmp_path / "o.nc")]
     assert main([*args, "--diff-steps", "1", "--quiet"]) == 0
@@ -414,3 +414,25 @@ def test_a_cmip_like_store_with_a_data_variable_is_not_taken_for_anemoi(tmp_path
     )
     ds.to_zarr(tmp_path / "cmip.zarr", zarr_format=2)
     assert open_source(ComputeOptions(dataset=tmp_path / "cmip.zarr")).kind == "xarray"
+
+
+def test_tendencies_are_named_by_their_span(dataset, tmp_path, capsys):
+    """Steps of 1, 2, 4 dates of a 6-hourly dataset are the 6h, 12h, 1d tendencies:
+    so named in the table, the summary and the statistics file, and read back
+    from the dataset's own tendency arrays."""
+    import xarray as xr
+
+    path, _ = dataset
+    out, summary = tmp_path / "s.nc", tmp_path / "s.json"
+    args = ["compute", str(path), "--diff-steps", "1,2,4", "--output", str(out)]
+    assert main([*args, "--summary", str(summary)]) == 0
+    table = capsys.readouterr().out
+    assert all(f"diff {span} " in table for span in ("6h", "12h", "1d")), table
+    assert "diff1" not in table and "diff 1 step" not in table
+    entries = json.loads(summary.read_text())["diff"]
+    assert {k: e["span"] for k, e in entries.items()} == {"1": "6h", "2": "12h", "4": "1d"}
+    with xr.open_dataset(out) as ds:
+        assert list(ds["diff_span"].values) == ["6h", "12h", "1d"]
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1,2,4", "--quiet"]) == 0
+    state = read_stats(path).state
+    assert [state.diff_label(k) for k in (1, 2, 4)] == ["diff 6h", "diff 12h", "diff 1d"]

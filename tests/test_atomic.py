@@ -30,7 +30,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path):
     def bad(p):
         raise OSError(28, "No space left on device")
 
-    with pytest.raises(WxstatsError, match="nothing was replaced"):
+    with pytest.raises(WxstatsError, match="b.txt: no space left on .*Nothing was written or"):
         atomic.write_all({target: _text("new"), tmp_path / "b.txt": bad}, overwrite=True)
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
@@ -182,3 +182,24 @@ def test_an_output_folder_under_a_file_names_the_file(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(WxstatsError, match=f"{tmp_path / 'f'} is a file"):
         atomic.check_writable([tmp_path / "f" / "sub" / "x.pt"], overwrite=False)
+
+
+def test_a_prepared_output_holds_its_template_until_discarded_with_its_folders(tmp_path):
+    """Prepared before the data is read: the template in a temporary file in the final
+    folder; a run that fails removes it and every folder made for it."""
+    out = tmp_path / "new" / "sub" / "a.txt"
+    prepared = atomic.prepare_all({out: _text("template")}, overwrite=False)
+    (temp,) = prepared.temps.values()
+    assert temp.parent == out.parent and temp.read_text() == "template" and not out.exists()
+    prepared.discard()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_commit_writes_the_values_over_the_template_and_renames(tmp_path):
+    out, unused = tmp_path / "new" / "a.txt", tmp_path / "new" / "b.txt"
+    prepared = atomic.prepare_all({out: _text("template"), unused: None}, overwrite=False)
+    prepared.commit({out: _text("values")})
+    assert prepared.committed and out.read_text() == "values"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["a.txt"]  # no temporary left
+    prepared.discard()  # after the commit: nothing to remove
+    assert out.read_text() == "values"

@@ -15,6 +15,7 @@ from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
 from wxstats.runtime.checkpoint import Checkpoint
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
 from wxstats.runtime.resumable import Resumable
@@ -22,8 +23,14 @@ from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
 
 
-def _fingerprint(source, **options):
-    return {"identity": source.identity(), "options": {"split": "train", **options}}
+def _payload(variable) -> bytes | list:
+    """A netCDF variable's values to compare: the bytes of numbers, the strings of a
+    string variable (an object array's bytes are its pointers)."""
+    values = np.asarray(variable[:])
+    return values.tolist() if values.dtype == object else values.tobytes()
+
+def _fingerprint(source, skipna=False):
+    return run_identity(source, skipna)
 
 
 def _stats_bytes(stats):
@@ -87,7 +94,7 @@ def test_existing_checkpoint_needs_resume(meps_small, tmp_path):
 def test_changed_options_or_data_are_refused(meps_copy, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_copy))
     Checkpoint(tmp_path / "ck", _fingerprint(source, skipna=False)).prepare(resume=False)
-    with pytest.raises(WxstatsError, match="option skipna: False -> True"):
+    with pytest.raises(WxstatsError, match="--skipna: False in the checkpoint, True in this run"):
         Checkpoint(tmp_path / "ck", _fingerprint(source, skipna=True)).prepare(resume=True)
     victim = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[2]
     x = np.load(victim)
@@ -148,7 +155,7 @@ def test_manifest_records_identity(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     Checkpoint(tmp_path / "ck", _fingerprint(source)).prepare(resume=False)
     manifest = json.loads((tmp_path / "ck" / "manifest.json").read_text())
-    assert len(manifest["identity"]["files"]) == 20 and manifest["options"]["split"] == "train"
+    assert len(manifest["files"]["files"]) == 20 and manifest["data"]["split"] == "train"
 
 
 # -- wxstats compute --checkpoint / --resume, in this process ---------------------------
@@ -255,9 +262,11 @@ def test_the_cli_refuses_what_would_mix_two_runs(meps_copy, tmp_path, capsys):
     )
     assert f"{meps_copy.parent}: not empty" in refused("--checkpoint", str(meps_copy.parent))
     err = refused("--checkpoint", str(ck), "--resume", "--skipna")
-    assert "checkpoint is of another run (option skipna: False -> True)" in err
+    assert (
+        "checkpoint is of another run (--skipna: False in the checkpoint, True in this run)" in err
+    )
     err = refused("--checkpoint", str(ck), "--resume", "--step-length", "1")
-    assert "option diff_steps" in err and "'state': [3]" in err and "'state': [1]" in err
+    assert "difference steps: 3 in the checkpoint, 1 in this run" in err
     victim = MepsSource(meps_copy).samples[3].flux_path
     np.save(victim, np.load(victim) * 2)
     assert f"files modified: {victim.name}" in refused("--checkpoint", str(ck), "--resume")
@@ -345,7 +354,7 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
     with netCDF4.Dataset(tmp_path / "clean.nc") as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
         assert sorted(a.variables) == sorted(b.variables)
         for name in a.variables:
-            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+            assert _payload(a[name]) == _payload(b[name]), name
 
 
 def _killed_zarr_run(tmp_path, monkeypatch, zarr_format):
@@ -414,7 +423,7 @@ def test_resume_ignores_arrays_the_run_does_not_read(tmp_path, monkeypatch, zarr
     assert main(resume) == 0  # a variable without time is not read
     with netCDF4.Dataset(clean) as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
         for name in a.variables:
-            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+            assert _payload(a[name]) == _payload(b[name]), name
 
 
 @pytest.mark.parametrize("fmt", [3, "nc"])
@@ -430,7 +439,7 @@ def test_resume_from_another_cwd_or_with_a_trailing_slash(tmp_path, monkeypatch,
     assert main([resume[0], relative, *resume[2:]]) == 0
     with netCDF4.Dataset(clean) as a, netCDF4.Dataset(tmp_path / "resumed.nc") as b:
         for name in a.variables:
-            assert np.asarray(a[name][:]).tobytes() == np.asarray(b[name][:]).tobytes(), name
+            assert _payload(a[name]) == _payload(b[name]), name
 
 
 def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path):
@@ -485,3 +494,43 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
     assert "saved" in words and _done_in(tmp_path / "ck") == {0, 1, 2}
     release.set()
     worker.join(30)
+
+
+def test_resume_refuses_other_channels_or_config(meps_copy, tmp_path, monkeypatch, capsys):
+    """The channels read (remove_state_features_with_index) and the datastore
+    config's content are part of what the sums are: a resume with others would
+    add old sums of some channels to new sums of others under the same names."""
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    capsys.readouterr()
+    original = meps_copy.read_text()
+    meps_copy.write_text(
+        original.replace(
+            "remove_state_features_with_index:\n  - 15", "remove_state_features_with_index:\n  - 14"
+        )
+    )
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint is of another run (channels read" in err[0], err
+    assert (
+        "13, 14, 16, 17 in the checkpoint, 0, " in err[0] and "13, 15, 16, 17 in this run" in err[0]
+    )
+    meps_copy.write_text(original + "\n# another comment\n")
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    assert "(datastore config file content: " in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    assert _done_in(ck) == {0, 1, 2, 3, 4}
+
+
+def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 0
+    manifest = ck / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": 1}))
+    capsys.readouterr()
+    assert _compute(meps_copy, tmp_path / "again", "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "checkpoint written by another wxstats (manifest format 1" in err[0]
+    assert "start afresh" in err[0]

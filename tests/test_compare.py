@@ -58,7 +58,7 @@ def test_same_statistics_pass(datastore, a, b, capsys):
 def test_float32_files_fail_a_float64_tolerance(datastore, capsys):
     result = compare(read_stats(datastore / "static"), read_stats(datastore / "s.json"), 1e-12)
     assert result.exit_code == 1 and result.above
-    assert {e.quantity for e in result.entries} >= {"mean", "std", "diff3 mean/std"}
+    assert {e.quantity for e in result.entries} >= {"mean", "std", "diff 3h mean/std"}
 
 
 def test_one_perturbed_value_is_found_and_named(datastore, tmp_path, capsys):
@@ -107,15 +107,17 @@ def test_missing_variable_is_a_difference(datastore, tmp_path, capsys):
 
 def test_no_names_match_by_position_with_a_warning(datastore, tmp_path, capsys):
     shutil.copytree(datastore / "static", tmp_path / "static")
+    (tmp_path / "static" / "wxstats_stats.nc").unlink()  # nothing says the step
     nc = datastore / "static" / "wxstats_stats.nc"
     assert main(["compare", str(nc), str(tmp_path / "static")]) == 0
     out = capsys.readouterr().out
-    assert "matched by position" in out and "step 3 (A) with step None (B)" in out
+    assert "matched by position" in out
+    assert "diff 3h (A) with a step the file does not name (B)" in out
     std = torch.load(tmp_path / "static" / "parameter_std.pt", weights_only=True)
     torch.save(std[:-1].clone(), tmp_path / "static" / "parameter_std.pt")
     # a file with 16 values among files with 17 is unreadable: exit 2
     assert main(["compare", str(nc), str(tmp_path / "static")]) == 2
-    assert "16 values but others have 17" in capsys.readouterr().err
+    assert "parameter_std.pt has 16 values where" in capsys.readouterr().err
 
 
 def test_unreadable_input_exits_2(datastore, tmp_path, capsys):
@@ -179,8 +181,82 @@ def test_a_difference_mean_lost_as_nan_is_a_difference_unless_the_set_lacks_it(d
     state.diff[step].mean = np.full_like(state.diff[step].mean, np.nan)
     lost = compare(a, b)
     assert not lost.equal
-    assert any(e.quantity == f"diff{step} mean" and e.rel == math.inf for e in lost.above)
+    assert any(e.quantity == "diff 3h mean" and e.rel == math.inf for e in lost.above)
     state.missing.add(f"diff{step} mean")
     lacking = compare(a, b)
     assert lacking.equal
-    assert f"state: diff{step} mean only in A, not compared" in lacking.notes
+    assert "state: diff 3h mean only in A, not compared" in lacking.notes
+
+
+@pytest.mark.parametrize("command", ["compare", "report"])
+def test_a_static_folder_missing_a_file_is_refused_naming_it(datastore, tmp_path, command, capsys):
+    """A neural-lam folder without parameter_mean.pt is not read as the
+    wxstats_stats.nc beside it (compare then compared that file with itself)."""
+    broken = tmp_path / "data"
+    shutil.copytree(datastore, broken)
+    (broken / "static" / "parameter_mean.pt").unlink()
+    static = broken / "static"
+    args = [str(static / "wxstats_stats.nc")] if command == "compare" else []
+    args += ["-o", str(tmp_path / "r")] if command == "report" else []
+    assert main([command, str(static), *args]) == 2
+    captured = capsys.readouterr()
+    assert "same within" not in captured.out and "Traceback" not in captured.err
+    assert f"{static / 'parameter_mean.pt'}: missing" in captured.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_static_file_of_the_wrong_length_is_the_one_named(datastore, tmp_path, capsys):
+    broken = tmp_path / "data"
+    shutil.copytree(datastore, broken)
+    mean_file = broken / "static" / "parameter_mean.pt"
+    torch.save(torch.cat([torch.load(mean_file, weights_only=True), torch.zeros(1)]), mean_file)
+    assert main(["compare", str(broken / "static"), str(datastore / "s.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "static: parameter_mean.pt has 18 values where parameter_std.pt, diff_mean.pt, "
+        "diff_std.pt have 17: each file holds one value per variable"
+    )
+
+
+def _zarr_run_file(path, ref, names, span: str | None):
+    """The statistics netCDF a zarr/netCDF run writes for the same values on a
+    3-hourly axis: its one-step difference (``diff_step`` 1) spans 3 h. Written with
+    xarray, as an older file (``span`` None: no ``diff_span``) or a newer one."""
+    import xarray as xr
+
+    coords = {"diff_step": [1], "state_feature": names}
+    if span is not None:
+        coords["diff_span"] = ("diff_step", [span])
+    xr.Dataset(
+        {
+            "state__train__mean": ("state_feature", ref["mean"]),
+            "state__train__std": ("state_feature", ref["std"]),
+            "state__train__diff_mean": (("diff_step", "state_feature"), [ref["diff_mean"]]),
+            "state__train__diff_std": (("diff_step", "state_feature"), [ref["diff_std"]]),
+        },
+        coords=coords,
+    ).to_netcdf(path)
+    return path
+
+
+def test_differences_are_matched_by_span_not_by_step(datastore, meps_small, tmp_path):
+    """MEPS counts its difference in hours (step 3), a zarr run in time steps (step 1 of
+    a 3-hourly axis): the same quantity, compared as ``diff 3h`` without a caveat;
+    another span is not compared, and a file without spans falls back to the step."""
+    from reference import meps_reference
+
+    ref = meps_reference(meps_small)
+    static = read_stats(datastore / "static")
+    names = static.state.features
+    same = compare(static, read_stats(_zarr_run_file(tmp_path / "3h.nc", ref, names, "3h")))
+    assert "diff 3h mean/std" in {e.quantity for e in same.entries}
+    assert "diff 3h std/std" in {e.quantity for e in same.entries}
+    assert not [n for n in same.notes if "step" in n], same.notes
+    assert same.equal, same.above[:3]
+    other = compare(static, read_stats(_zarr_run_file(tmp_path / "6h.nc", ref, names, "6h")))
+    assert not [e for e in other.entries if e.quantity.startswith("diff")]
+    assert "state: no common difference span (A: diff 3h, B: diff 6h)" in other.notes
+    older = compare(static, read_stats(_zarr_run_file(tmp_path / "old.nc", ref, names, None)))
+    assert "state: comparing difference statistics of diff 3h (A) with step 1 (B)" in " ".join(
+        older.notes
+    )

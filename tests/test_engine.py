@@ -55,7 +55,7 @@ class ArraySource:
     def nbytes(self, index: int) -> int:
         return self.samples[index].nbytes
 
-    def identity(self) -> dict:
+    def identity(self, files: bool = True) -> dict:
         return {}
 
 

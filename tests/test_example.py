@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import xarray as xr
 
 from wxstats.cli import main
 
@@ -40,17 +41,33 @@ def test_the_same_example_is_reused_and_a_different_one_refused(tmp_path, capsys
     store = tmp_path / "ex"
     assert main(["example", str(store), *SMALL]) == 0
     sample = next((store / "samples" / "train").glob("nwp_*_mbr000.npy"))
-    before = sample.stat().st_mtime_ns
-    capsys.readouterr()
-    # the statistics exist: a rerun reuses the data and refuses to replace them
-    assert main(["example", str(store), *SMALL]) == 2
+    stats_file = store / "static" / "wxstats_stats.nc"
+    before, stats_before = sample.stat().st_mtime_ns, stats_file.stat().st_mtime_ns
+    first = capsys.readouterr().out
+    # the README's promise: a rerun reuses the example, its data and its statistics,
+    # and shows them (it exited 2 "output exists", then said "example finished")
+    assert main(["example", str(store), *SMALL]) == 0
     captured = capsys.readouterr()
     assert "using the example dataset already in" in captured.out
-    assert "output exists" in captured.err
+    assert "example finished" in captured.out and not captured.err
     assert sample.stat().st_mtime_ns == before
+    assert stats_file.stat().st_mtime_ns == stats_before
+    with xr.open_dataset(stats_file) as ds:  # the table shows the file's numbers
+        mean = float(ds["state__train__mean"].sel(state_feature="pres_0g"))
+    assert f"{mean:.6g}" in captured.out and f"{mean:.6g}" in first
     assert main(["example", str(store), "--times", "2", "--grid", "6", "7"]) == 2
     assert "holds a different wxstats example" in capsys.readouterr().err
     assert sample.stat().st_mtime_ns == before
+
+
+def test_a_rerun_that_fails_never_says_finished(tmp_path, capsys):
+    store = tmp_path / "ex"
+    assert main(["example", str(store), *SMALL]) == 0
+    (store / "static" / "parameter_mean.pt").unlink()  # an incomplete set: computed again
+    capsys.readouterr()
+    assert main(["example", str(store), *SMALL]) == 2
+    captured = capsys.readouterr()
+    assert "output exists" in captured.err and "finished" not in captured.out
 
 
 def test_a_file_in_place_of_the_folder_is_refused(tmp_path, capsys):

@@ -113,4 +113,8 @@ def test_graphcast_folder_is_read_back_and_compared(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(out), str(summary), "--rtol", "1e-15"]) == 0
     text = capsys.readouterr().out
-    assert "diff2 mean only in B, not compared" in text and "same within rtol" in text
+    assert "diff 2h mean only in B, not compared" in text and "same within rtol" in text
+    # two steps of the hourly axis: the span is in the file and read back
+    with xr.open_dataset(out / "diffs_stddev_by_level.nc") as diffs:
+        assert diffs.attrs["diff_span"] == "2h" and diffs.attrs["diff_step"] == 2
+    assert state.diff_span == {2: 7200}

@@ -603,3 +603,38 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
     assert not out_b.exists() or not any(out_b.iterdir())
     assert [p.returncode for p in first] == [0, 0], errs
     assert_identical_outputs(reference, out_a, same_path=False)
+
+
+@pytest.mark.parametrize(
+    "rank1, words",
+    [
+        (["--step-length", "2"], "difference steps: 2 in rank 1, 3 in rank 0"),
+        (["--period", "2022-04-02/2022-04-02"], "--period: 2022-04-02/2022-04-02 in rank 1"),
+    ],
+)
+def test_ranks_started_with_other_options_are_refused(odd_copy, tmp_path, rank1, words):
+    """Ranks joined by hand (as torchrun does) with other command lines: the same
+    number of samples, so nothing else tells; rank 1 is refused before any data is
+    read, naming the first difference, and rank 0 stops with its message."""
+    out = tmp_path / "out"
+    port = str(free_port())
+    ranks = []
+    for rank, extra in ((0, ["--period", "2022-04-01/2022-04-01"]), (1, rank1)):
+        if rank == 1 and "--period" not in rank1:
+            extra = [*extra, "--period", "2022-04-01/2022-04-01"]
+        env_ = env()
+        env_.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        args = compute_args(odd_copy, out, "--threads", "1", "--timeout", "30", *extra)
+        ranks.append(
+            subprocess.Popen(wxstats_cmd(*args), env=env_, stderr=subprocess.PIPE, text=True)
+        )
+    try:
+        errs = [p.communicate(timeout=120)[1] for p in ranks]
+    finally:
+        kill_leftovers(ranks)
+    assert [p.returncode for p in ranks] == [2, 2], errs
+    line = errs[1].strip().splitlines()
+    assert len(line) == 1 and line[0].startswith("wxstats: error: rank 1: "), errs[1]
+    assert "this rank's run differs from rank 0's" in line[0] and words in line[0], line
+    assert words in errs[0] and "no output was written" in errs[0], errs[0]
+    assert not out.exists() or not any(out.iterdir())

@@ -16,9 +16,9 @@ from wxstats.core.kernels import (
 def implementation(request, monkeypatch):
     """Every test of this module runs on the compiled kernel and on its numpy twin
     (the small-block path), whatever the size of its blocks."""
-    import wxstats.core.kernels as kernels
+    import wxstats.core.kernel_choice as choice
 
-    monkeypatch.setattr(kernels, "KERNEL", request.param)
+    monkeypatch.setattr(choice, "KERNEL", request.param)
     return request.param
 
 
@@ -242,9 +242,10 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
 
 _DIGEST_SCRIPT = """
 import hashlib, numpy as np
+import wxstats.core.kernel_choice as choice
 import wxstats.core.kernels as kernels
 from wxstats.core.combine import Reference
-kernels.KERNEL = {kernel!r}
+choice.KERNEL = {kernel!r}
 rng = np.random.default_rng(1)
 a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))
 a = a.astype(np.float32)

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+import wxstats.core.kernel_choice as choice
 import wxstats.core.kernels as kernels
 from wxstats.core.kernels import Block, block_sums, lanes_per_channel
 
@@ -33,7 +34,7 @@ def test_numpy_twin_is_the_compiled_kernel_bit_for_bit(
     """Small blocks are summed in numpy (no numba to load): every output, to the
     bit, as the compiled kernel's, with NaN/Inf (the checked path), -0.0 and ties
     in the extremes, weights, chunk and lane leftovers."""
-    monkeypatch.setattr(kernels, "KERNEL", "numba")
+    monkeypatch.setattr(choice, "KERNEL", "numba")
     rng = np.random.default_rng(n_c * 7 + n_g)
     a = (rng.normal(0.0, 3.0, size=(8, n_g, n_c)) * (100 if dtype == np.int16 else 1)).astype(dtype)
     if dtype != np.int16:
@@ -55,7 +56,7 @@ def test_numpy_twin_is_the_compiled_kernel_bit_for_bit(
     args = (np.full(n_c, 0.5), np.full(n_c, 4.0), {1: np.zeros(n_c), 3: np.full(n_c, 0.25)},
             {1: np.ones(n_c), 3: np.full(n_c, 2.0)})  # fmt: skip
     compiled = block_sums(block, *args)
-    monkeypatch.setattr(kernels, "KERNEL", "numpy")
+    monkeypatch.setattr(choice, "KERNEL", "numpy")
     twin = block_sums(block, *args)
     assert _all_bits(twin) == _all_bits(compiled)
 
@@ -89,9 +90,9 @@ def test_fused_scaling_adds_the_bits_of_subtract_then_multiply(monkeypatch, seed
     assert kernels.fused_scaling_is_exact(lane_p, np.tile(1 / ref.scale, 8))
     block = Block(a, np.arange(4), (0, 5), {1: (1, 5)})
     args = (ref.shift, ref.scale, {1: dref.shift}, {1: dref.scale})
-    monkeypatch.setattr(kernels, "KERNEL", "numba")
+    monkeypatch.setattr(choice, "KERNEL", "numba")
     compiled = block_sums(block, *args)
-    monkeypatch.setattr(kernels, "KERNEL", "numpy")
+    monkeypatch.setattr(choice, "KERNEL", "numpy")
     assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)
 
 
@@ -107,9 +108,9 @@ def test_references_outside_the_fused_range_are_summed_in_float64(monkeypatch):
     a = rng.normal(100.0, 3.0, size=(4, 600, 2)).astype(np.float32)
     block = Block(a, np.arange(2), (0, 4), {1: (1, 4)})
     args = (np.full(2, 99.3), np.full(2, 3.0), {1: np.full(2, 0.1)}, {1: np.full(2, 5.0)})
-    monkeypatch.setattr(kernels, "KERNEL", "numba")
+    monkeypatch.setattr(choice, "KERNEL", "numba")
     compiled = block_sums(block, *args)
-    monkeypatch.setattr(kernels, "KERNEL", "numpy")
+    monkeypatch.setattr(choice, "KERNEL", "numpy")
     assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)
 
 
@@ -117,21 +118,21 @@ def test_the_twin_is_rented_only_up_to_the_price_of_loading_numba(monkeypatch):
     """Small blocks are summed by the twin only until it has spent what loading
     numba costs (or once numba is loaded): many small blocks (``--block-mb 2``
     over ten variables) took 40x longer than large ones when size alone chose."""
-    monkeypatch.setattr(kernels, "KERNEL", "auto")
+    monkeypatch.setattr(choice, "KERNEL", "auto")
     calls = []
-    monkeypatch.setattr(kernels, "_compiled", lambda: lambda *args: calls.append("numba"))
+    monkeypatch.setattr(choice, "_compiled", lambda: lambda *args: calls.append("numba"))
     monkeypatch.delitem(sys.modules, "wxstats.core._kernels_numba", raising=False)
     rng = np.random.default_rng(0)
     block = Block(rng.normal(size=(3, 40, 2)).astype(np.float32), np.arange(2), (0, 3), {})
     args = (np.zeros(2), np.ones(2), {}, {})
 
-    monkeypatch.setattr(kernels, "_twin_spent", 0.0)
+    monkeypatch.setattr(choice, "_twin_spent", 0.0)
     block_sums(block, *args)
-    assert calls == [] and kernels._twin_spent > 0  # small, budget left: the twin, its CPU timed
-    monkeypatch.setattr(kernels, "_twin_spent", kernels.TWIN_SECONDS)
+    assert calls == [] and choice._twin_spent > 0  # small, budget left: the twin, its CPU timed
+    monkeypatch.setattr(choice, "_twin_spent", choice.TWIN_SECONDS)
     block_sums(block, *args)
     assert calls == ["numba"]  # the budget spent: the compiled kernel, however small
-    monkeypatch.setattr(kernels, "_twin_spent", 0.0)
+    monkeypatch.setattr(choice, "_twin_spent", 0.0)
     monkeypatch.setitem(sys.modules, "wxstats.core._kernels_numba", object())
     block_sums(block, *args)
     assert calls == ["numba", "numba"]  # numba already loaded: never the twin

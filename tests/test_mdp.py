@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ from wxstats.cli import main
 from wxstats.core.errors import WxstatsError
 from wxstats.io.formats import mdp
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.outputs import check_outputs, open_source
+from wxstats.runtime.outputs import open_source, prepare_outputs
 from wxstats.runtime.run import compute
 
 TRAIN, VAL = (0, 24), (24, 36)
@@ -89,8 +90,18 @@ def test_write_into_gives_neural_lam_the_exact_values(store_copy, capsys):
     assert main(["compute", str(path), "--write-into", "--quiet"]) == 0
     assert not list(Path.cwd().glob("copy.stats.nc"))  # --write-into alone writes no file
     after = _files(path)
-    assert {k for k in after if not k.endswith(".zmetadata")} == set(before) - {".zmetadata"}
-    assert after[".zmetadata"] == before[".zmetadata"]  # metadata unchanged
+    assert set(after) == set(before)
+    # the metadata changes only in the written variables' attributes, which record the run
+    meta_before, meta_after = (json.loads(f[".zmetadata"])["metadata"] for f in (before, after))
+    written = {k for k in meta_after if k.split("__")[-1].startswith(("mean/", "std/", "diff_"))}
+    assert {k.split("/")[0] for k in written} >= {"state__train__mean", "static__train__std"}
+    for key in meta_after:
+        if key.endswith("/.zattrs") and key in written:
+            added = {k: v for k, v in meta_after[key].items() if k not in meta_before[key]}
+            assert added["statistics_period"] == "none (every time step of the split)"
+            assert meta_after[key] == meta_before[key] | added
+        else:
+            assert meta_after[key] == meta_before[key], key
     assert not [p for p in path.iterdir() if p.name.startswith(".wxstats")]
     for cat in ("state", "forcing", "static"):
         got = _neural_lam_reads(path, cat)
@@ -106,6 +117,45 @@ def test_write_into_gives_neural_lam_the_exact_values(store_copy, capsys):
     # the data itself is untouched
     data_files = [k for k in before if k.split("/")[0] in ("state", "forcing", "static")]
     assert all(after[k] == before[k] for k in data_files)
+
+
+def test_write_into_records_the_period_on_what_it_writes(store_copy):
+    """state__train__mean over a --period is not over the store's train split: each
+    variable written says so, and a later run over the whole split says that."""
+    path, truth = store_copy
+    period = "2021-01-01T06/2021-01-01T17"  # train steps 6..17
+    args = ["compute", str(path), "--write-into", "--quiet"]
+    assert main([*args, "--split", "val", "--period", "2021-01-02T00/2021-01-02T05"]) == 0
+    assert main([*args, "--split", "train", "--period", period]) == 0
+    ds = xr.open_zarr(path, consolidated=True)
+    ref = reference(truth["state"], 6, 18, (1,))
+    assert_close(ds["state__train__mean"].values, ref["mean"], 6e-8, "mean over the period")
+    for name in ("state__train__mean", "state__train__diff_std", "forcing__train__std"):
+        attrs = ds[name].attrs
+        assert attrs["statistics_period"] == (
+            f"{period} (train 2021-01-01T06:00:00 to 2021-01-01T17:00:00)"
+        ), name
+        assert (
+            attrs["statistics_splits"].startswith("train=")
+            and "12 steps" in attrs["statistics_splits"]
+        )
+        assert attrs["statistics_written_by"].startswith("wxstats")
+    # the variables added by the val run record theirs (written through the staging store)
+    assert ds["state__val__mean"].attrs["statistics_period"].startswith("2021-01-02T00/")
+    recorded = {k: v for k, v in ds["state__train__mean"].attrs.items() if "statistics" in k}
+    assert zarr_attrs(path, "state__train__mean") == recorded
+    assert main([*args, "--split", "train"]) == 0  # the whole split: its period record goes
+    ds = xr.open_zarr(path, consolidated=True)
+    assert ds["state__train__mean"].attrs["statistics_period"].startswith("none")
+    assert "24 steps" in ds["state__train__mean"].attrs["statistics_splits"]
+
+
+def zarr_attrs(path: Path, name: str) -> dict:
+    """The attributes as the array's own metadata holds them (not the consolidated copy)."""
+    import zarr
+
+    attrs = zarr.open_array(path / name, mode="r").attrs.asdict()
+    return {k: v for k, v in attrs.items() if k.startswith("statistics_")}
 
 
 def test_write_into_adds_statistics_of_other_splits(store_copy):
@@ -150,7 +200,7 @@ def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
     xr.Dataset({"state__train__mean": per_point}).to_zarr(path, mode="a", consolidated=True)
     source = open_source(ComputeOptions(dataset=path))
     with pytest.raises(WxstatsError, match=r"state__train__mean has dimensions \('grid_index'"):
-        check_outputs(source, ComputeOptions(write_into=True))
+        prepare_outputs(source, ComputeOptions(write_into=True)).discard()
 
 
 def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store):
@@ -210,6 +260,70 @@ def test_write_into_refuses_or_floors_a_zero_std(store_copy, capsys):
     ds = xr.open_zarr(path, consolidated=True)
     assert float(ds["static__train__std"].values[1]) == np.float32(1e-6)
     assert float(ds["static__train__std"].values[0]) > 1  # orography's own std
+
+
+def _retype(path: Path, name: str, dtype: str) -> None:
+    """The store's variable ``name`` stored in ``dtype`` instead (same dimensions)."""
+    values = xr.open_zarr(path)[name].load()
+    shutil.rmtree(path / name)
+    with np.errstate(over="ignore", invalid="ignore"):
+        retyped = values.astype(dtype)
+    xr.Dataset({name: retyped}).to_zarr(path, mode="a", consolidated=True)
+
+
+def _nan_in_the_data(path: Path) -> None:
+    """A NaN that reading the data would report: a refusal naming something else
+    came before any data was read."""
+    import zarr
+
+    zarr.open_group(path, mode="r+")["state"][5, 0, 0] = np.nan
+
+
+def test_an_integer_statistics_variable_is_refused_before_reading(store_copy, capsys):
+    """int32 truncated every value: a std of 0.45 was written as 0."""
+    path, _ = store_copy
+    _retype(path, "static__train__std", "int32")
+    _nan_in_the_data(path)
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: static__train__std is int32: statistics written into it would be" in err
+    assert "NaN" not in err and "Traceback" not in err
+    assert _files(path) == before
+
+
+def test_a_value_that_overflows_float16_is_refused_with_nothing_written(store_copy, capsys):
+    """101305 Pa is inf in float16 (numpy only warned, and inf was written)."""
+    path, truth = store_copy
+    _retype(path, "state__train__mean", "float16")
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    mean = reference(truth["state"], *TRAIN, ())["mean"][2]
+    assert mean > np.finfo(np.float16).max  # the float64 reference: too large for float16
+    assert f"{path}: state__train__mean: pres_seasurface ({mean:.6g}) overflows float16" in err
+    assert _files(path) == before
+
+
+def test_statistics_added_to_a_float16_store_are_float32(store_copy):
+    """A new variable takes its category's float dtype, but at least float32."""
+    path, _ = store_copy
+    _retype(path, "forcing", "float16")
+    assert main(["compute", str(path), "--write-into", "--split", "val", "--quiet"]) == 0
+    ds = xr.open_zarr(path, consolidated=True)
+    ref = reference(ds["forcing"].values.astype(np.float64), *VAL, (1,))
+    assert ds["forcing__val__std"].dtype == np.float32
+    assert_close(ds["forcing__val__std"].values, ref["std"], 6e-8, "val std")
+
+
+def test_a_min_std_the_store_cannot_hold_is_refused_before_reading(store_copy, capsys):
+    path, _ = store_copy
+    _nan_in_the_data(path)
+    before = _files(path)
+    assert main(["compute", str(path), "--write-into", "--quiet", "--min-std", "1e-50"]) == 2
+    err = capsys.readouterr().err
+    assert f"--min-std 1e-50 is 0 or subnormal in float32, the dtype of {path}: state__" in err
+    assert _files(path) == before
 
 
 # -- a full disk: a small tmpfs mounted for the test -------------------------------------------
@@ -303,3 +417,5 @@ def test_write_into_adds_variables_to_a_zarr3_store(store, tmp_path, consolidate
         with xr.open_zarr(v3, consolidated=read_consolidated) as got:
             assert_close(got["state__val__std"].values, ref["std"], 6e-8, "val std")
             assert got["state__val__mean"].dims == ("state_feature",)
+            # an existing variable's zarr.json (and the consolidated copy) records the run
+            assert got["state__train__mean"].attrs["statistics_splits"].startswith("train=")

@@ -124,6 +124,19 @@ def test_nan_and_inf_name_file_variable_count(meps_copy, capsys, bad, word):
     assert _static_untouched(meps_copy)
 
 
+def test_nan_in_the_flux_names_the_flux_file(meps_copy, capsys):
+    """The flux file of an analysis time is read with each of its samples: the
+    message names the file holding the NaN, not the state sample beside it."""
+    flux = _first(meps_copy, "nwp_toa_downwelling_shortwave_flux_*.npy")
+    x = np.load(flux)
+    x[5, 1, 2] = np.nan
+    np.save(flux, x)
+    status, err = _run(meps_copy, capsys)
+    assert status == 2 and f"{flux}: variable toa_downwelling_shortwave_flux: 1 NaN" in err
+    assert "_mbr" not in err
+    assert _static_untouched(meps_copy)
+
+
 def test_inf_is_an_error_even_with_skipna(meps_copy, capsys):
     path = sorted((meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[2]
     x = np.load(path)

@@ -137,3 +137,53 @@ def test_min_std_floors_what_neural_lam_divides_by(meps_copy):
     assert_close(pt("diff_std.pt")[1:], ref["diff_std"][1:] / std[1:], 1.2e-7, "diff std")
     with xr.open_dataset(static / "wxstats_stats.nc") as ds:
         assert float(ds["state__train__std"].values[0]) == 0.0  # the truth is kept
+
+
+def _nan_in_the_last_sample(config) -> None:
+    """A NaN that reading the data would report: a refusal naming something else
+    came before any data was read."""
+    path = sorted((config.parent / "samples" / "train").glob("nwp_*_mbr*.npy"))[-1]
+    x = np.load(path)
+    x[1, 0, 0, 3] = np.nan
+    np.save(path, x)
+
+
+@pytest.mark.parametrize("value", ["1e-50", "1e-45", "1e39"])
+def test_a_min_std_float32_cannot_hold_is_refused_before_reading(meps_copy, capsys, value):
+    """1e-50 is 0 in float32 and 1e-45 a subnormal: the floor itself would be a
+    divisor of 0 (or whose reciprocal overflows) in parameter_std.pt."""
+    from wxstats.cli import main
+
+    _nan_in_the_last_sample(meps_copy)
+    assert main(["compute", str(meps_copy), "--quiet", "--min-std", value]) == 2
+    err = capsys.readouterr().err
+    what = "inf" if value == "1e39" else "0 or subnormal"
+    assert f"--min-std {float(value):g} is {what} in float32, the dtype of neural-lam's .pt" in err
+    assert "NaN" not in err and "Traceback" not in err
+    assert not list((meps_copy.parent / "static").glob("*.pt"))
+    assert not (meps_copy.parent / "static" / "wxstats_stats.nc").exists()
+
+
+def test_a_std_subnormal_in_float32_is_refused_or_floored(meps_copy, capsys):
+    """pres_0g is 0 but for one value of 1e-38: its std (3e-41) is not 0 in float64,
+    but a subnormal in parameter_std.pt, which neural-lam divides by."""
+    from wxstats.cli import main
+
+    for path in (meps_copy.parent / "samples" / "train").glob("nwp_*_mbr*.npy"):
+        x = np.load(path)
+        x[..., 0] = 0.0
+        np.save(path, x)
+    x[7, 2, 3, 0] = np.float32(1e-38)
+    np.save(path, x)
+    ref = meps_reference(meps_copy)
+    assert 0 < ref["std"][0] < np.finfo(np.float32).tiny  # float64: not 0, float32: subnormal
+    assert main(["compute", str(meps_copy), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "parameter_std.pt: the std of pres_0g (3.0" in err
+    assert "is 0 or subnormal as stored in float32" in err and "--min-std" in err
+    assert not list((meps_copy.parent / "static").glob("*.pt"))
+    assert main(["compute", str(meps_copy), "--quiet", "--min-std", "1e-6"]) == 0
+    std = torch.load(meps_copy.parent / "static" / "parameter_std.pt", weights_only=True).numpy()
+    expected = np.maximum(ref["std"], 1e-6).astype(np.float32)  # the float64 std, rounded once
+    assert std[0] == np.float32(1e-6)
+    assert_close(std.astype(np.float64), expected.astype(np.float64), 0, "floored std")

@@ -76,11 +76,28 @@ def test_default_output_file_and_overwrite(store, tmp_path, capsys):
         assert main(["compute", str(path)]) == 0
         assert (tmp_path / "era.stats.nc").exists()
         printed = capsys.readouterr().out
-        assert "t2m__train" in printed and "z_850" in printed
+        assert printed.count("split train") == 1  # one table of every variable
+        assert "│ t2m " in printed and "│ z_850 " in printed
         assert main(["compute", str(path)]) == 2
         assert "--overwrite" in capsys.readouterr().err
     finally:
         os.chdir(cwd)
+
+
+def test_a_state_run_writes_its_statistics_beside_the_state(store, tmp_path, monkeypatch):
+    """``compute DATA --state S`` wrote ``./DATA.stats.nc`` as well, so a second
+    state of the same data was refused ("output exists"): the statistics file
+    is named after the state, beside it, as ``update``'s (issue 22.13)."""
+    path, truth = store
+    monkeypatch.chdir(tmp_path)
+    split = ["--split", "train=2021-01-01T00/2021-01-01T09", "--quiet"]
+    for name in ("a", "b"):
+        assert main(["compute", str(path), *split, "--state", f"states/{name}.wxstate"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["states"]
+    names = sorted(p.name for p in (tmp_path / "states").iterdir())
+    assert names == ["a.stats.nc", "a.wxstate", "b.stats.nc", "b.wxstate"]
+    with xr.open_dataset(tmp_path / "states" / "b.stats.nc") as ds:
+        assert_close(ds["z__train__std"].values, reference(truth["z"], 0, 10)["std"], 1e-10)
 
 
 @pytest.mark.parametrize(

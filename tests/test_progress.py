@@ -63,3 +63,24 @@ def test_compute_log_format_json(meps_small, tmp_path, capsys):
     assert lines[0]["event"] == "start" and lines[-1]["event"] == "done"
     assert [e["samples_done"] for e in lines if e["event"] == "progress"] == list(range(1, 11))
     assert lines[-1]["bytes_total"] == lines[-1]["bytes_done"] > 0
+
+
+def test_a_zarr_run_counts_time_blocks_in_words_with_singulars(tmp_path, capsys):
+    """The closing line names the source's unit of work ("1 samples" read oddly, and
+    a zarr store has no samples), and the summary of what was written too."""
+    import numpy as np
+    import xarray as xr
+    from gridded_data import hourly
+
+    from wxstats.cli import main
+
+    store = tmp_path / "one.zarr"
+    xr.Dataset({"t": (("time", "y"), np.arange(12.0).reshape(6, 2))},
+               coords={"time": hourly(6)}).to_zarr(store)  # fmt: skip
+    assert main(["compute", str(store), "--output", str(tmp_path / "o.nc")]) == 0
+    captured = capsys.readouterr()
+    assert "wxstats: 1 time block (" in captured.err and "time blocks/s" in captured.err
+    assert "wrote 1 file: " in captured.out
+    with ProgressReporter(3, 3, "bar", stream=io.StringIO(), unit="sample") as progress:
+        progress.advance(1)
+    assert progress._line().startswith("1/3 samples, ")

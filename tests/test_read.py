@@ -47,6 +47,21 @@ def _check_state(state, ref, rtol, what):
     assert err.max() < rtol, f"{what} diff mean"
 
 
+def test_meps_differences_are_named_by_their_span(outputs):
+    """The MEPS step counts hours: its difference is ``3h`` in the summary, the
+    statistics file and the table of each of the three sets a run writes."""
+    from wxstats.tools.report import format_table
+
+    root, _ = outputs
+    assert json.loads((root / "s.json").read_text())["diff"]["3"]["span"] == "3h"
+    with xr.open_dataset(root / "static" / "wxstats_stats.nc") as ds:
+        assert list(ds["diff_span"].values) == ["3h"]
+    for path in (root / "s.json", root / "static" / "wxstats_stats.nc"):
+        table = format_table(read_stats(path))
+        assert "diff 3h" in table and "diff3" not in table
+    assert read_stats(root / "static").state.diff_label(3) == "diff 3h"
+
+
 def test_netcdf_reads_back_the_reference_values(outputs):
     root, ref = outputs
     stats = read_stats(root / "static" / "wxstats_stats.nc")
@@ -92,8 +107,12 @@ def test_static_folder_alone_has_no_names(outputs, tmp_path):
     shutil.copytree(root / "static", tmp_path / "static")
     state = read_stats(tmp_path / "static").state
     assert not state.named and state.features[:2] == ["#0", "#1"]
-    assert list(state.diff) == [None]
+    # the step (hours) of the run that wrote the folder, from wxstats_stats.nc beside it
+    assert list(state.diff) == [3] and state.diff_label(3) == "diff 3h"
     assert_close(state.std, ref["std"], 1e-7, "std")
+    (tmp_path / "static" / "wxstats_stats.nc").unlink()
+    state = read_stats(tmp_path / "static").state
+    assert list(state.diff) == [None] and state.diff_label(None) == "diff"
 
 
 def test_mllam_data_prep_zarr(meps_small, tmp_path):
@@ -125,6 +144,8 @@ def test_mllam_data_prep_zarr(meps_small, tmp_path):
     assert stats.state.features == names and stats.state.units == ["u"] * 17
     _check_state(stats.state, ref, 1e-15, "zarr")
     assert "diff3 std_standardized" in stats.state.derived
+    # its one-step difference on the 3-hourly axis (keyed by hours, as MEPS runs)
+    assert stats.state.diff_label(3) == "diff 3h"
     assert stats.by_category()["forcing"].std[0] == ref["flux"][2]
 
 
@@ -159,5 +180,41 @@ def test_other_bad_inputs(tmp_path, outputs):
     with pytest.raises(InputError, match="1-D tensor"):
         read_stats(tmp_path / "static")
     torch.save(torch.zeros(5), tmp_path / "static" / "diff_std.pt")
-    with pytest.raises(InputError, match="5 values but others have 17"):
+    with pytest.raises(InputError, match="diff_std.pt has 5 values where .* have 17"):
         read_stats(tmp_path / "static")
+
+
+def test_wxstats_read_prefers_the_float64_file_beside_the_pt_files(outputs):
+    """``wxstats.read`` of a neural-lam folder gives the float64 statistics of
+    ``wxstats_stats.nc`` (1e-12 of the reference), not the float32 ``.pt`` values
+    (which ``compare`` and ``report`` read, as neural-lam does)."""
+    import wxstats
+
+    root, ref = outputs
+    for path in (root / "static", root, root / "meps.datastore.yaml"):
+        exact = wxstats.read(path).state
+        assert exact.mean.dtype == np.float64
+        _check_state(exact, ref, 1e-12, "wxstats.read")
+        assert np.abs(read_stats(path).state.std / ref["std"] - 1).max() > 1e-12  # float32
+
+
+def test_a_folder_of_several_statistics_sets_names_each_to_choose(outputs, tmp_path, capsys):
+    """A folder holding a neural-lam set and a makani set was read as one of them
+    without a word: it is refused naming the file that chooses each, and that file
+    chooses."""
+    from wxstats.cli import main
+
+    root, ref = outputs
+    both = tmp_path / "both"
+    shutil.copytree(root / "static", both)
+    np.save(both / "global_means.npy", np.full((1, 3, 1, 1), 7.0, np.float32))
+    np.save(both / "global_stds.npy", np.full((1, 3, 1, 1), 2.0, np.float32))
+    with pytest.raises(InputError, match="holds 2 statistics sets") as refused:
+        read_stats(both)
+    assert f"neural-lam: {both / 'parameter_mean.pt'}" in str(refused.value)
+    assert f"makani: {both / 'global_means.npy'}" in str(refused.value)
+    assert main(["report", str(both), "-o", str(tmp_path / "r")]) == 2
+    assert "global_means.npy" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    makani = read_stats(both / "global_means.npy")
+    assert makani.state.mean.tolist() == [7.0, 7.0, 7.0]
+    _check_state(read_stats(both / "parameter_mean.pt").state, ref, 2e-7, "chosen .pt")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 import struct
 from html.parser import HTMLParser
 
@@ -166,3 +167,60 @@ def test_report_help_has_examples(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "wxstats report " in out
+
+
+def test_a_nan_or_negative_std_is_warned_about_and_its_row_marked(example_stats, tmp_path, capsys):
+    """A std that is NaN or negative poisons or flips every standardized value:
+    the report warns as it does for a std of 0, and marks the row."""
+    import shutil
+
+    import torch
+
+    static = tmp_path / "static"
+    shutil.copytree(example_stats.parent, static)
+    std = torch.load(static / "parameter_std.pt", weights_only=True)
+    std[3], std[5] = float("nan"), -std[5]
+    torch.save(std, static / "parameter_std.pt")
+    diff_std = torch.load(static / "diff_std.pt", weights_only=True)
+    diff_std[7] = -1.0
+    torch.save(diff_std, static / "diff_std.pt")
+    assert main(["report", str(static), "-o", str(tmp_path / "r")]) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if "warning" in line]
+    assert any("#3: std is nan: not a standard deviation" in line for line in warnings)
+    assert any("#5: std is -" in line and "not a standard deviation" in line for line in warnings)
+    assert any("#7: diff_std/std over 3h is -1: not a ratio" in line for line in warnings)
+    assert len(warnings) == 3
+    page = (tmp_path / "r" / "wxstats_report.html").read_text()
+    marked = re.findall(r'<tr class="warn"><td>([^<]*)</td>', page)
+    assert marked == ["#3", "#5", "#7"]
+
+
+def test_the_terminal_table_is_one_per_split_and_cuts_no_number(tmp_path):
+    """Every variable of a split in one table (12 tables for 6 variables and 2 splits
+    before), each number whole however many difference columns, a climatology's
+    groups named as months, the groups without data left out with a note."""
+    import xarray as xr
+    from gridded_data import hourly
+
+    from wxstats.runtime.run import compute
+    from wxstats.tools.report import format_table
+
+    rng = np.random.default_rng(3)
+    n = 24 * 70  # 2021-01-01 to 2021-03-11
+    data = {f"v{i}": (("time", "y"), 1e5 + rng.standard_normal((n, 4)) / 7) for i in range(6)}
+    store = tmp_path / "six.zarr"
+    xr.Dataset(data, coords={"time": hourly(n)}).to_zarr(store)
+    splits = ["train=2021-01-01/2021-02-15", "val=2021-02-16/2021-03-11"]
+    stats = compute(str(store), splits=splits, diff_steps=(1, 3, 6, 24))
+    text = format_table(stats)
+    assert text.count("wxstats: xarray, split") == 2 and "…" not in text
+    for split in ("train", "val"):
+        stream = stats.streams[f"v5__{split}"]
+        table = text.split(f"split {split}")[1]
+        for value in (stream.mean[0], stream.std[0], stream.diff[24].std[0]):
+            assert f"{value:.6g}" in table  # the whole number, as printed
+        assert all(f"│ v{i} " in table for i in range(6))
+    assert "diff 1d std/std" in text  # the span in the header, on one line
+    monthly = format_table(compute(str(store), splits=splits[:1], by="month"))
+    assert "│ v0 (month 1) " in monthly and "│ v0 (month 2) " in monthly
+    assert "(month 3)" not in monthly and "60 rows without data left out (count 0)" in monthly

@@ -74,6 +74,10 @@ def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
     out = tmp_path / "again.nc"
     assert main(["merge", str(abc), "--output", str(out), "--quiet"]) == 0
     assert values(out) == values(root / "full.nc")
+    # states keep what each difference spans on the hourly axis
+    for path in (tmp_path / "abc.stats.nc", out):
+        span = read_stats(path).streams["t2m__train"].diff_span
+        assert span == {1: 3600, 3: 3 * 3600, 6: 6 * 3600}
 
 
 @pytest.mark.parametrize("order", ["cab", "bca", "acb"])
@@ -237,8 +241,11 @@ def test_merge_refuses_other_references_and_overlap(data, tmp_path, capsys):
         )
         == 0
     )
-    args = ["merge", str(root / "a.wxstate"), str(own), "--output", str(tmp_path / "m.nc")]
-    assert_refused(capsys, tmp_path, args, "b-own.wxstate", "references", "--reference-state")
+    # in either order, the advice is the README's: the later range takes the earliest's
+    advice = f"recompute {own} with --reference-state {root / 'a.wxstate'}"
+    for pair in ([str(root / "a.wxstate"), str(own)], [str(own), str(root / "a.wxstate")]):
+        args = ["merge", *pair, "--output", str(tmp_path / "m.nc")]
+        assert_refused(capsys, tmp_path, args, f"{own}: cannot merge", "references", advice)
     args = [
         "merge",
         str(root / "a.wxstate"),
@@ -386,6 +393,13 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
         )
         grown = nxt
     assert values(tmp_path / "up-r.stats.nc") == values(root / "full.nc")
+    # the 3-step range filling a gap later: the differences from r reach across it into p
+    gapped = tmp_path / "apr.wxstate"
+    states = [str(root / "a.wxstate"), str(tmp_path / "p.wxstate"), str(tmp_path / "r.wxstate")]
+    assert main(["merge", *states, "--state", str(gapped), "--allow-gap", "--quiet"]) == 0
+    args = ["merge", str(gapped), str(tmp_path / "q.wxstate"), "--output", str(out)]
+    assert main([*args, "--overwrite", "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
 
 
 def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path, capsys):
@@ -433,7 +447,7 @@ def test_checkpoint_remembers_the_reference_state(data, tmp_path, capsys):
     assert main([*run, "--reference-state", str(root / "a.wxstate")]) == 0
     again = [*run, "--resume", "--overwrite", "--reference-state", str(own)]
     assert main(again) == 2
-    assert "option references" in capsys.readouterr().err
+    assert "shift/scale references (--reference-state" in capsys.readouterr().err
     resumed = [*run, "--resume", "--overwrite", "--reference-state", str(root / "a.wxstate")]
     assert main(resumed) == 0
     assert values(tmp_path / "s.nc") == values(root / "b.stats.nc")
@@ -560,3 +574,85 @@ def test_update_only_new_of_a_store_appended_in_place(data, tmp_path, capsys):
     assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "t2m", "changed")
     args = ["update", str(root / "a.wxstate"), str(root / "a.zarr"), "--only-new"]
     assert_refused(capsys, tmp_path, [*args, "--output", str(tmp_path / "x.nc")], "nothing to add")
+
+
+@pytest.mark.parametrize("weights", [[], ["--weights", "coslat"]])
+def test_new_data_on_another_grid_of_the_same_shape_is_refused(tmp_path, capsys, weights):
+    """Labels, not positions: latitudes flipped (ERA5's descending order against
+    an ascending store: symmetric, so even cos(latitude) weights are the same
+    numbers) or shifted by a degree are another grid; update, merge and
+    --reference-state refuse them naming the coordinate."""
+    ds, _ = gridded(n_time=30, seed=7)
+    ds = ds.rename(y="latitude", x="longitude").assign_coords(
+        latitude=np.linspace(-75.0, 75.0, 6), longitude=np.arange(7.0) * 10
+    )
+    write_zarr(ds.isel(time=slice(0, 15)), tmp_path / "a.zarr")
+    later = ds.isel(time=slice(15, 30))
+    write_zarr(later.isel(latitude=slice(None, None, -1)), tmp_path / "flipped.zarr")
+    write_zarr(later.assign_coords(latitude=later.latitude + 1), tmp_path / "shifted.zarr")
+    a = tmp_path / "a.wxstate"
+    run = ["--output", str(tmp_path / "a.nc"), *weights, *STEPS]
+    assert main(["compute", str(tmp_path / "a.zarr"), "--state", str(a), *run]) == 0
+    out = ["--state", str(tmp_path / "ab.wxstate"), "--output", str(tmp_path / "ab.nc")]
+    for name, text in (
+        ("flipped", "descending 75..-75 (6 values)"),
+        ("shifted", "ascending -74..76 (6 values)"),
+    ):
+        line = assert_refused(
+            capsys,
+            tmp_path,
+            ["update", str(a), str(tmp_path / f"{name}.zarr"), *out],
+            f"{name}.zarr: cannot update",
+            f"latitude differs: {text} in",
+            "ascending -75..75 (6 values) in",
+        )
+        assert "a.wxstate" in line
+    # a state of the other grid, computed on its own: merge refuses it on the grid first
+    own = tmp_path / "flipped.wxstate"
+    args = ["compute", str(tmp_path / "flipped.zarr"), "--state", str(own)]
+    assert main([*args, "--output", str(tmp_path / "f.nc"), *weights, *STEPS]) == 0
+    args = ["merge", str(own), str(a), "--output", str(tmp_path / "m.nc")]
+    assert_refused(capsys, tmp_path, args, "flipped.wxstate", "latitude differs: descending")
+    args = ["compute", str(tmp_path / "shifted.zarr"), "--state", str(tmp_path / "s.wxstate")]
+    args += ["--reference-state", str(a), "--output", str(tmp_path / "s.nc"), *weights, *STEPS]
+    assert_refused(capsys, tmp_path, args, "shifted.zarr", "latitude differs: ascending -74..76")
+
+
+def test_merge_fills_the_gap_of_a_state(data, tmp_path, capsys):
+    """A state merged across a gap (--allow-gap) keeps each range's edge steps:
+    the state of the missing range fills the gap later, seams on both sides,
+    and gives the full run's bytes (coverage is a set of ranges, not first/last)."""
+    root, truth = data
+    ac = tmp_path / "ac.wxstate"
+    pair = [str(root / "a.wxstate"), str(root / "c.wxstate")]
+    assert main(["merge", *pair, "--state", str(ac), "--allow-gap", "--quiet"]) == 0
+    assert main(["merge", str(ac), "--output", str(tmp_path / "ac.nc"), "--quiet"]) == 0
+    with xr.open_dataset(tmp_path / "ac.nc") as ds:
+        assert "2021-01-01T19:00:00 to 2021-01-02T11:00:00" in ds.attrs["source_gaps"]
+    out = tmp_path / "abc.nc"
+    assert main(["merge", str(root / "b.wxstate"), str(ac), "--output", str(out), "--quiet"]) == 0
+    assert values(out) == values(root / "full.nc")
+    stats = read_stats(out)
+    for var in ("t2m", "z", "msl"):
+        assert_stream_matches(
+            stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
+        )
+    with xr.open_dataset(out) as ds:
+        assert "source_gaps" not in ds.attrs
+    # what overlaps a range of the gapped state is still refused
+    args = ["merge", str(ac), str(root / "a.wxstate"), "--output", str(tmp_path / "x.nc")]
+    assert_refused(capsys, tmp_path, args, "overlaps", "a.wxstate")
+
+
+def test_a_state_without_the_grids_coordinates_is_refused(data, tmp_path, capsys):
+    """States written before the identity held the coordinates cannot be checked
+    against new data's grid: refused in one line, saying to recompute."""
+    root, _ = data
+    old = State.read(str(root / "a.wxstate"))
+    for key in ("version", "coords"):
+        old.identity.pop(key)
+    old.writer()(tmp_path / "old.wxstate")
+    line = assert_refused(
+        capsys, tmp_path, _update(root, tmp_path, tmp_path / "old.wxstate", root / "b.zarr")
+    )
+    assert "old.wxstate: a state written by wxstats" in line and "recompute it" in line

@@ -197,6 +197,16 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
         "cell_area",
         "negative",
     )
+    for name, bad, words in [
+        ("nan.zarr", np.nan, ("NaN, inf or < 0",)),
+        ("inf.zarr", np.inf, ("NaN, inf or < 0",)),
+        ("zero.zarr", 0.0, ("every weight is 0",)),
+    ]:
+        area = ds.cell_area.values.copy()
+        area[0 if name != "zero.zarr" else slice(None)] = bad
+        path = _write(ds.assign(cell_area=(("y", "x"), area)), tmp_path / name)
+        cmd = ["compute", path, "--weights", "cell_area", *out]
+        assert_refused(capsys, tmp_path, cmd, name, "variable cell_area", *words)
     full = str(root / "full.zarr")
     assert_refused(
         capsys,
@@ -217,8 +227,8 @@ def test_bad_weights_are_refused(store, tmp_path, capsys):
 
 
 def test_weights_must_match_to_grow(store, tmp_path, capsys):
-    """An update takes the state's weights; other latitudes, or a state summed
-    without weights, are refused."""
+    """An update takes the state's weights; other latitudes (named, with their
+    range), or a state summed without weights, are refused."""
     root, ds, _ = store
     a = tmp_path / "a.wxstate"
     args = ["compute", str(root / "a.zarr"), "--weights", "coslat", "--state", str(a)]
@@ -231,11 +241,11 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
         tmp_path,
         ["update", str(a), moved, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
         "moved.zarr",
-        "--weights coslat: other weights",
+        "lat differs: ascending -81..88 (6 values) in",
     )
     plain = tmp_path / "plain.wxstate"
     args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
-    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights 'coslat' vs None")
+    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights none in")
 
 
 def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):
@@ -258,4 +268,131 @@ def test_weights_are_not_written_into_a_data_prep_store(tmp_path, capsys):
         ["compute", str(tmp_path / "s.zarr"), "--write-into", "--weights", "coslat", "--quiet"],
         "--weights coslat",
         "--output",
+    )
+
+
+# -- weights meet the data by coordinate values ------------------------------------------
+
+
+def test_a_weights_file_is_placed_by_its_coordinates(store, tmp_path):
+    """A cell-area file with its latitudes in the other order (and its dimensions
+    transposed) weighs each point by its own area, as the reference does."""
+    root, ds, truth = store
+    other = tmp_path / "run:1" / "grid.nc"  # a ':' in the path: split at the last one
+    other.parent.mkdir()
+    flipped = ds[["cell_area"]].isel(y=slice(None, None, -1)).transpose("x", "y")
+    flipped.to_netcdf(other)
+    out = tmp_path / "w.nc"
+    args = ["compute", str(root / "full.zarr"), "--weights", f"{other}:cell_area"]
+    assert main([*args, "--output", str(out), *STEPS]) == 0
+    _check(read_stats(out), truth, ds["cell_area"].values)
+
+
+def test_unlabelled_dimensions_are_taken_by_position(tmp_path):
+    """Where neither the data nor the weights file has a coordinate along a
+    dimension, there is nothing but positions to go by."""
+    ds, truth = gridded(n_time=10)
+    ds = ds.drop_vars(["y", "x"])
+    path = _write(ds, tmp_path / "d.zarr")
+    area = np.random.default_rng(7).uniform(0.5, 2.0, (6, 7))
+    xr.Dataset({"a": (("y", "x"), area)}).to_netcdf(tmp_path / "area.nc")
+    out = tmp_path / "w.nc"
+    args = ["compute", path, "--weights", f"{tmp_path / 'area.nc'}:a", "--variables", "t2m"]
+    assert main([*args, "--output", str(out), "--diff-steps", "1", "--quiet"]) == 0
+    ref = weighted_reference(truth["t2m"], area, steps=(1,))
+    stream = read_stats(out).streams["t2m__train"]
+    np.testing.assert_allclose(stream.mean, ref["values"][0], rtol=1e-12)
+    np.testing.assert_allclose(stream.std, ref["values"][1], rtol=1e-12)
+
+
+def test_weights_on_other_coordinates_are_refused(store, tmp_path, capsys):
+    root, ds, _ = store
+    full, out = str(root / "full.zarr"), ["--output", str(tmp_path / "o.nc"), "--quiet"]
+    area = ds[["cell_area"]]
+    cases = {
+        "lat.nc": (area.assign_coords(lat=("y", LATS + 1)), "coordinate lat", "-79.0"),
+        "y.nc": (area.assign_coords(y=area.y + 10), "coordinate y", "not among"),
+        "bare.nc": (xr.Dataset({"cell_area": area.cell_area.drop_vars(["y", "lat"])}), "along y"),
+    }
+    for name, (data, *words) in cases.items():
+        data.to_netcdf(tmp_path / name)
+        spec = f"{tmp_path / name}:cell_area"
+        before = tmp_path / "keep"
+        before.mkdir(exist_ok=True)
+        assert_refused(capsys, before, ["compute", full, "--weights", spec, *out], name, *words)
+        assert not (tmp_path / "o.nc").exists()
+
+
+def test_a_missing_weights_file_is_named(store, tmp_path, capsys):
+    root, _, _ = store
+    spec = f"{tmp_path / 'moved' / 'area.nc'}:cell_area"
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["compute", str(root / "full.zarr"), "--weights", spec, "--quiet"],
+        "weights file",
+        "area.nc not found",
+    )
+
+
+def test_coslat_honours_latitudes_in_radians(store, tmp_path, capsys):
+    root, ds, truth = store
+    radians = ds.assign_coords(lat=("y", np.deg2rad(LATS), {"units": "radians"}))
+    path = _write(radians, tmp_path / "rad.zarr")
+    out = tmp_path / "w.nc"
+    args = ["compute", path, "--weights", "coslat", "--variables", "t2m,z,msl"]
+    assert main([*args, "--output", str(out), *STEPS]) == 0
+    _check(read_stats(out), truth, _coslat())
+    folder = tmp_path / "refused"
+    folder.mkdir()
+    for name, lat, words in [
+        ("m.zarr", ("y", LATS, {"units": "m"}), ("latitude units 'm'",)),
+        ("big.zarr", ("y", LATS / 45, {"units": "rad"}), ("-pi/2..pi/2", "-1.777")),
+    ]:
+        bad = _write(ds.assign_coords(lat=lat), tmp_path / name)
+        cmd = ["compute", bad, "--weights", "coslat", "--output", str(folder / "o.nc")]
+        assert_refused(capsys, folder, [*cmd, "--quiet"], name, "variable lat", *words)
+
+
+def test_finite_values_only_where_the_weight_is_0_are_refused(store, tmp_path, capsys):
+    """As an all-NaN feature is unweighted: there is nothing to divide by."""
+    _, ds, _ = store
+    area = ds.cell_area.values.copy()
+    area[0] = 0.0
+    t2m = ds.t2m.values.copy()
+    t2m[:, 1:] = np.nan
+    data = ds.assign(cell_area=(("y", "x"), area), t2m=(ds.t2m.dims, t2m, ds.t2m.attrs))
+    path = _write(data, tmp_path / "zero.zarr")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    args = ["compute", path, "--skipna", "--variables", "t2m", "--output", str(folder / "o.nc")]
+    assert_refused(
+        capsys,
+        folder,
+        [*args, "--weights", "cell_area", "--quiet"],
+        "variable t2m",
+        "no finite values with a weight above 0",
+        "nothing to standardize with",
+    )
+    assert main([*args, "--quiet"]) == 0  # unweighted, the same values are usable
+
+
+def test_flipped_latitudes_are_other_weights(tmp_path, capsys):
+    """Latitudes symmetric about the equator give the same cosines reversed; a
+    state must still not grow with data on the flipped grid."""
+    ds, _ = gridded(n_time=20)
+    lats = np.array([-75.0, -45.0, -15.0, 15.0, 45.0, 75.0])
+    ds = ds.assign_coords(lat=("y", lats, {"units": "degrees_north"}))
+    a = _write(ds.isel(time=slice(0, 10)), tmp_path / "a.zarr")
+    flipped = ds.isel(time=slice(10, 20)).assign_coords(lat=("y", lats[::-1]))
+    b = _write(flipped, tmp_path / "b.zarr")
+    state = tmp_path / "a.wxstate"
+    args = ["compute", a, "--weights", "coslat", "--state", str(state)]
+    assert main([*args, "--output", str(tmp_path / "a.nc"), *STEPS]) == 0
+    assert_refused(
+        capsys,
+        tmp_path,
+        ["update", str(state), b, "--state", str(tmp_path / "ab.wxstate"), "--quiet"],
+        "b.zarr",
+        "lat differs: descending 75..-75 (6 values) in",  # the run identity's grid, first
     )

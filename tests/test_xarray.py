@@ -17,7 +17,7 @@ from gridded_data import write_zarr as write_store
 from reference import assert_close
 from wxstats.cli import main
 from wxstats.core.errors import InputError
-from wxstats.io.formats.netcdf import stats_dataset
+from wxstats.io.formats.netcdf import read_stats_file, stats_dataset
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
@@ -424,3 +424,37 @@ def test_split_bounds_with_utc_offsets_or_open_ends(data, interval, steps):
     root, _, truth = data
     stats = _stats(root / "g.zarr", splits=(f"s={interval}",), steps=(1,))
     assert_stream_matches(stats.streams["t2m__s"], reference(truth["t2m"], *steps, (1,)))
+
+
+@pytest.mark.parametrize(("hours", "spans"), [(1, ["1h", "3h", "6h"]), (6, ["6h", "18h", "36h"])])
+def test_differences_are_named_by_their_time_span(tmp_path, hours, spans):
+    """A difference of k steps spans k time steps of the axis: the table, the
+    summary and the statistics file say ``6h``, not the step count."""
+    from wxstats.io.formats.netcdf import netcdf_writer
+    from wxstats.io.formats.summary import read_summary, summary_writer
+    from wxstats.tools.report import format_table
+
+    ds, _ = gridded(n_time=12)
+    times = np.datetime64("2021-01-01T00", "h") + np.arange(12) * np.timedelta64(hours, "h")
+    write_store(ds.assign_coords(time=times)[["t2m"]], tmp_path / "t.zarr")
+    stats = compute(tmp_path / "t.zarr", diff_steps=STEPS)
+    table = format_table(stats)  # headers wrap: "diff 6h" above "std/std"
+    assert [span for span in spans if f"diff {span} " in table] == spans
+    summary = stats.to_summary()
+    assert [summary["diff"][str(k)]["span"] for k in STEPS] == spans
+    netcdf_writer(stats)(tmp_path / "s.nc")
+    with xr.open_dataset(tmp_path / "s.nc") as written:
+        assert list(written["diff_span"].values) == spans
+        assert list(written["diff_step"].values) == list(STEPS)
+    summary_writer(stats)(tmp_path / "s.json")
+    for read in (read_summary(tmp_path / "s.json"), read_stats_file(tmp_path / "s.nc")):
+        assert [read.state.diff_label(k) for k in STEPS] == [f"diff {s}" for s in spans]
+
+
+def test_a_numeric_time_axis_names_differences_by_steps(tmp_path):
+    ds, _ = gridded(n_time=6)
+    ds = ds[["t2m"]].rename(time="month").assign_coords(month=np.arange(1, 7))
+    write_store(ds, tmp_path / "m.zarr")
+    stats = _stats(tmp_path / "m.zarr", splits=(), time_dim="month", steps=(1, 2))
+    assert [stats.state.diff_label(k) for k in (1, 2)] == ["diff 1 step", "diff 2 steps"]
+    assert "span" not in stats.to_summary()["diff"]["2"]

@@ -39,8 +39,10 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
 
 
 def read(path, split=None):  # noqa: ANN001, ANN201 - thin lazy wrapper
-    """Statistics stored at ``path`` (any format wxstats writes or reads); see
-    :func:`wxstats.io.read.read_stats`."""
+    """Statistics stored at ``path`` (any format wxstats writes or reads), as the
+    one result model; a neural-lam ``static/`` folder is read from the float64
+    ``wxstats_stats.nc`` written beside its float32 ``.pt`` files when it is
+    there. See :func:`wxstats.io.read.read_stats`."""
     from wxstats.io.read import read_stats
 
-    return read_stats(path, split)
+    return read_stats(path, split, exact=True)

@@ -43,6 +43,19 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv: list[str] | None = None) -> int:
+    """A command in the caller's process, which gets its SIGINT and SIGTERM
+    handlers back (a run ignores both once its outputs are in place:
+    :func:`wxstats.runtime.run.outputs_final`)."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _command(argv)
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _command(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
@@ -95,25 +108,26 @@ def console() -> int:
     # numpy's OpenBLAS threads spin after any BLAS call (1.6 % of a run's CPU);
     # wxstats' sums use no BLAS. Set before numpy is first imported.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from wxstats.core import kernels, machine
+    from wxstats.core import kernel_choice, machine
 
     machine.tune_for_one_command()
 
-    kernels.NUMBA_WITHOUT_BLAS = True  # numba's BLAS probe imports scipy.linalg (see there)
+    kernel_choice.NUMBA_WITHOUT_BLAS = True  # numba's BLAS probe imports scipy.linalg (see there)
     # torch's C++ warnings (a peer's socket closed, with a C++ stack) would bury the
     # one line wxstats says about it; its errors still show
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     signal.signal(signal.SIGINT, _first_interrupt)
-    code = main()
+    code = _command()  # not main: the handlers a finished run set stay until the end
     # everything still alive stays until the process ends: frozen, the interpreter's
     # final collections skip it (0.17 s of every run with xarray, zarr and numba
     # loaded, against 0.02 s); objects are still released and atexit still runs
     gc.freeze()
     # the command has said what happened; a Ctrl-C (or SIGTERM) while the process
     # ends (threads finishing their block, torch's atexit) stops it at once, quietly,
-    # instead of a KeyboardInterrupt traceback from the interpreter's shutdown
+    # instead of a KeyboardInterrupt traceback from the interpreter's shutdown, with
+    # the status of the command (which has finished: a launcher reads its outcome)
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _stop_now)
+        signal.signal(signum, lambda signum, frame: _stop_now(signum, frame, code))
     return code
 
 
@@ -124,7 +138,7 @@ def _first_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stop_now(signum: int, frame: Any) -> None:
+def _stop_now(signum: int, frame: Any, code: int | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(128 + signum)
+    os._exit(128 + signum if code is None else code)

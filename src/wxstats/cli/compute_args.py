@@ -122,7 +122,8 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "diff_std.pt, the flux std; a --write-into store's std and diff_std); without it a "
         "std of 0 (a constant field) is refused. Choose VALUE far below any real std (e.g. "
         "1e-6): a constant field standardizes to 0 whatever it is. wxstats_stats.nc keeps "
-        "the true values",
+        "the true values. Checked as stored: a std, or VALUE, that is 0 or subnormal in the "
+        "file's dtype (float32 for .pt) counts as 0",
     )
     p.add_argument(
         "--skipna",
@@ -192,7 +193,7 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument(
         "--format",
         dest="output_format",
-        choices=("netcdf", "graphcast", "makani", "anemoi"),
+        choices=("netcdf", "graphcast", "makani", "ace", "anemoi"),
         default="netcdf",
         help="netcdf: one statistics file (default); graphcast: mean_by_level.nc, "
         "stddev_by_level.nc, diffs_stddev_by_level.nc, min_by_level.nc in --output-dir, "
@@ -200,6 +201,8 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "makani: global_means.npy, global_stds.npy, mins.npy, maxs.npy, time_means.npy, "
         "time_diff_{means,stds}_dt{K}.npy in --output-dir, channels in --variables order, "
         "weighted by cos(latitude) as makani's quadrature unless --weights says otherwise; "
+        "ace: centering.nc, scaling-full-field.nc, scaling-residual.nc (std of the --diff-steps "
+        "difference, default 1), time-mean.nc in --output-dir, unweighted as ACE's get_stats.py; "
         "anemoi (an anemoi dataset): the statistics in a store of their own, --output S.zarr, "
         "for open_dataset(DATASET, statistics=S, statistics_tendencies=S)",
     )

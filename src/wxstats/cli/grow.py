@@ -45,7 +45,8 @@ def add_state_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE.wxstate",
         help="also write the exact accumulator, to add later data with 'wxstats update' or "
-        "join other ranges with 'wxstats merge' (one split)",
+        "join other ranges with 'wxstats merge' (one split); the statistics file defaults to "
+        "the state's name with .stats.nc",
     )
     g.add_argument(
         "--reference-state",
@@ -154,6 +155,7 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     from wxstats.runtime.merge import merge_states
+    from wxstats.runtime.progress import plural
     from wxstats.tools.report import format_table
 
     stats, written = merge_states(
@@ -168,5 +170,5 @@ def run_merge(args: argparse.Namespace) -> int:
         print(f"wxstats: warning: {note}", file=sys.stderr)
     if not args.quiet:
         print(format_table(stats))
-        print(f"wrote {len(written)} files: " + ", ".join(str(p) for p in written))
+        print(f"wrote {plural(len(written), 'file')}: " + ", ".join(str(p) for p in written))
     return 0

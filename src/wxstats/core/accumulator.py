@@ -199,19 +199,23 @@ class RunMoments:
         self, specs: list[StreamSpec], refs: dict[str, StreamReference], source_kind: str
     ) -> Stats:
         """Round the exact sums once into statistics; refuse what is unusable
-        (a feature without a single finite value)."""
+        (a feature without a single finite value, or weighted, one of positive weight)."""
         streams: dict[str, StreamStats] = {}
         notes: list[str] = []
         for spec in specs:
             moments = self.streams[spec.name]
             values = moments.values
             for f, name in enumerate(spec.features):
-                # no value at all (a climatology's month without data) is NaN;
-                # only NaN values are unusable
-                if values.count[f] == 0 and values.nan_count[f] > 0:
+                # no value at all (a climatology's month without data) is NaN; values
+                # with nothing to divide by (only NaN, or finite ones only where the
+                # weight is 0) are unusable
+                count, nans = int(values.count[f]), int(values.nan_count[f])
+                if values.divisor(f) == 0 and count + nans > 0:
+                    what = "with a weight above 0 " if values.weighted else ""
+                    finite = f"{count} finite, all weighted 0; " if count else ""
                     raise InputError(
-                        f"variable {name} ({spec.name}): no finite values in the whole split "
-                        f"({int(values.nan_count[f])} NaN); nothing to standardize with"
+                        f"variable {name} ({spec.name}): no finite values {what}in the whole "
+                        f"split ({finite}{nans} NaN); nothing to standardize with"
                     )
             mean, std = values.extract(refs[spec.name].values)
             diff: dict[int | None, DiffStats] = {}
@@ -248,6 +252,7 @@ class RunMoments:
                 maximum=np.where(values.count > 0, values.maximum, np.nan),
                 nan_count=values.nan_count.copy(),
                 diff=diff,
+                diff_span={k: v for k, v in spec.diff_span.items() if k in diff},
                 long_names=list(spec.long_names),
                 layout=spec.layout,
                 time_mean=self._time_mean(spec, refs[spec.name]),

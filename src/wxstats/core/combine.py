@@ -186,6 +186,13 @@ class Moments:
         if other.weight is not None:
             self.weight = self.weight + other.weight
 
+    def divisor(self, f: int) -> int | Fraction:
+        """What feature ``f``'s sums are divided by: its count of finite values, or
+        (weighted) the exact sum of their weights, 0 when they all weigh nothing."""
+        if self.weight is not None:
+            return fixed_to_fraction(self.weight[f])
+        return int(self.count[f])
+
     def extract(self, reference: Reference) -> tuple[np.ndarray, np.ndarray]:
         """Population mean and std (ddof=0), each rounded once from the exact
         rational value of the summed sums (weighted: divided by the exact sum of
@@ -193,9 +200,7 @@ class Moments:
         mean = np.full(self.n_features, np.nan)
         std = np.full(self.n_features, np.nan)
         for f in range(self.n_features):
-            n: int | Fraction = int(self.count[f])
-            if self.weight is not None:
-                n = fixed_to_fraction(self.weight[f])
+            n = self.divisor(f)
             if n == 0:
                 continue
             shift = Fraction(float(reference.shift[f]))

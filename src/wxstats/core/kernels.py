@@ -45,13 +45,11 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from wxstats.core.kernel_choice import run_kernel
 
 GRID_CHUNK = 512
 """Grid points summed together (in lanes, see the module docstring) before
@@ -76,6 +74,9 @@ class Block:
     """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
     sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
     ``y * y`` and the count."""
+    origin: str | None = None
+    """Where these values are stored (a file), when it is not the sample the
+    source describes: bad-value messages name it."""
 
 
 @dataclass
@@ -128,74 +129,6 @@ def in_time_order(rows: np.ndarray) -> np.ndarray:
     for row in rows:
         total += row
     return total
-
-
-SMALL_BLOCK_BYTES = 256 * 2**10
-"""Blocks up to this size may be summed by the numpy twin of the kernel
-(:mod:`wxstats.core._kernels_numpy`, the same bits): a small dataset never waits
-the 0.3 s that loading numba and the compiled kernel take."""
-
-TWIN_SECONDS = 0.3
-"""What the numpy twin may spend in one process before the compiled kernel is
-loaded anyway (about what loading it costs). The twin is 50-300x slower per
-value (its lane loop runs in Python), so choosing it by block size alone made a
-dataset read in many small blocks (``--block-mb 2`` over ten variables) 40x
-slower than in large ones. Renting the twin only up to the price of buying
-numba bounds that loss to 2x the load time, whatever the block size; once numba
-is loaded every block uses it. The choice never changes a bit."""
-
-KERNEL = "auto"
-"""``auto`` (the rule above), or ``numpy``/``numba`` to force one (tests)."""
-
-_twin_spent = 0.0
-
-
-NUMBA_WITHOUT_BLAS = False
-"""Set by the ``wxstats`` command (:func:`wxstats.cli.console`), never for a
-library caller: when numba first loads its array functions it probes for a
-BLAS by importing ``scipy.linalg`` (0.15-0.3 s of every run); the kernels use
-none, so the command lets that probe fail. Only numba's own ``np.dot`` and
-friends in the same process would notice; ``scipy.linalg`` itself still imports."""
-_LOADING = threading.Lock()
-
-
-def _use_twin(nbytes: int) -> bool:
-    if KERNEL != "auto":
-        return KERNEL == "numpy"
-    return (
-        nbytes <= SMALL_BLOCK_BYTES
-        and _twin_spent < TWIN_SECONDS
-        and "wxstats.core._kernels_numba" not in sys.modules
-    )
-
-
-def _run_kernel(nbytes: int, *args: Any) -> None:
-    """The kernel on ``args``: the numpy twin or the compiled one (see
-    :data:`TWIN_SECONDS`); the twin's time is added up for the next choice."""
-    global _twin_spent
-    if _use_twin(nbytes):
-        from wxstats.core._kernels_numpy import kernel
-
-        started = time.thread_time()  # its own CPU time: not the GIL waits of a busy process
-        kernel(*args)
-        _twin_spent += time.thread_time() - started  # a heuristic: races are harmless
-        return
-    _compiled()(*args)
-
-
-def _compiled():
-    with _LOADING:
-        probe = "scipy.linalg.cython_blas"
-        first = "numba.np.arraymath" not in sys.modules and probe not in sys.modules
-        if NUMBA_WITHOUT_BLAS and first:
-            sys.modules[probe] = None  # type: ignore[assignment]  # "not installed"
-            try:
-                import numba.np.arraymath  # noqa: F401  (its BLAS probe fails here)
-            finally:
-                if sys.modules.get(probe, 0) is None:
-                    del sys.modules[probe]
-        from wxstats.core._kernels_numba import kernel
-    return kernel
 
 
 def fused_scaling_is_exact(shift: np.ndarray, inverse_scale: np.ndarray) -> bool:
@@ -305,7 +238,7 @@ def block_sums(
     dcount = np.zeros((n_s, n_c), dtype=np.int64)
     td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
-    _run_kernel(
+    run_kernel(
         array.nbytes,
         array.reshape(n_t, n_g * n_c),
         n_c,

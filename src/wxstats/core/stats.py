@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.timespan import diff_label, span_name, step_text
+
 CATEGORIES = ("state", "forcing", "static")
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
@@ -100,6 +102,9 @@ class StreamSpec:
     cell_grid_points: int = 0
     """Also sum every grid point over time (its time means, makani's ``time_means``):
     the number of grid points, 0 for none."""
+    diff_span: dict[int, int] = field(default_factory=dict)
+    """Seconds of the time span of each difference step, where the source knows it
+    (see :attr:`StreamStats.diff_span`)."""
 
 
 @dataclass
@@ -146,6 +151,21 @@ class StreamStats:
     files keep only the difference std); ``compare`` leaves them out."""
     time_mean: np.ndarray | None = None
     """(G, F): the mean over time of every grid point (a run that asked for it)."""
+    diff_span: dict[int | None, int] = field(default_factory=dict)
+    """Seconds each ``diff`` step spans, where known: the keys count hours for MEPS,
+    time steps for zarr/netCDF and anemoi; only the span says what a difference is."""
+
+    def diff_label(self, step: int | None) -> str:
+        """``diff 6h`` (``diff 3 steps``): a difference in tables, messages and files."""
+        return diff_label(step, self.diff_span.get(step))
+
+    def step_text(self, step: int | None) -> str:
+        """``6h`` (``3 steps`` without a known span; ``""``: no step known)."""
+        return step_text(step, self.diff_span.get(step))
+
+    def diff_span_name(self, step: int | None) -> str | None:
+        """``6h``: the span of ``step`` as files write it, None when not known."""
+        return span_name(self.diff_span[step]) if self.diff_span.get(step) else None
 
     @property
     def category(self) -> str:
@@ -165,14 +185,15 @@ class StreamStats:
         of the difference of standardized fields."""
         d = self.diff[step]
         # a constant field (std 0, warned about) has only zero differences:
-        # write 0 rather than 0/0
+        # write 0 rather than 0/0; a feature without data (std NaN) stays NaN
         safe = np.where(self.std > 0, self.std, 1.0)
+        other = np.where(self.std == 0, 0.0, np.nan)
         mean = d.mean_standardized
         std = d.std_standardized
         if mean is None:
-            mean = np.where(self.std > 0, d.mean / safe, 0.0)
+            mean = np.where(self.std > 0, d.mean / safe, other)
         if std is None:
-            std = np.where(self.std > 0, d.std / safe, 0.0)
+            std = np.where(self.std > 0, d.std / safe, other)
         return mean, std
 
 
@@ -278,6 +299,7 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
         named=all(s.named for s in streams),
         derived={d for s in streams for d in s.derived},
         missing={m for s in streams for m in s.missing},
+        diff_span={k: v for s in streams for k, v in s.diff_span.items()},
     )
 
 
@@ -303,17 +325,22 @@ def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
             entry["nan_count"] = int(stream.nan_count[f])
         if stream.diff:
             entry["diff"] = {
-                str(k): {op: values[0] for op, values in _diff_entry(d, f).items()}
+                str(k): {
+                    op: values if op == "span" else values[0]
+                    for op, values in _diff_entry(d, stream.diff_span_name(k), f).items()
+                }
                 for k, d in sorted(stream.diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
             }
         out[feature] = entry
     return out
 
 
-def _diff_entry(d: DiffStats, feature: int | None = None) -> dict[str, Any]:
-    """The difference statistics of every feature (or of one: lists of one)."""
+def _diff_entry(d: DiffStats, span: str | None, feature: int | None = None) -> dict[str, Any]:
+    """The difference statistics of every feature (or of one: lists of one), with
+    the step's time span (``6h``) when known: the key counts hours or steps."""
     pick = slice(None) if feature is None else slice(feature, feature + 1)
-    entry = {"count": _ints(d.count[pick]), "mean": _floats(d.mean[pick])}
+    entry: dict[str, Any] = {} if span is None else {"span": span}
+    entry.update(count=_ints(d.count[pick]), mean=_floats(d.mean[pick]))
     entry["std"] = _floats(d.std[pick])
     if d.minimum is not None and d.maximum is not None:
         entry.update(min=_floats(d.minimum[pick]), max=_floats(d.maximum[pick]))
@@ -334,7 +361,9 @@ def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
             "max": _floats(state.maximum),
             "nan_count": _ints(state.nan_count),
         },
-        "diff": {str(k): _diff_entry(d) for k, d in sorted(state.diff.items())},
+        "diff": {
+            str(k): _diff_entry(d, state.diff_span_name(k)) for k, d in sorted(state.diff.items())
+        },
         "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
         "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
         "warnings": list(stats.warnings),

@@ -28,3 +28,21 @@ def span_name(seconds: int) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def step_text(step: int | None, seconds: int | None = None) -> str:
+    """What a difference step spans: its time span (``6h``) whatever the source
+    counts steps in, else its steps (``3 steps``: a numeric time axis), ``""``
+    when a file says neither."""
+    if seconds:
+        return span_name(seconds)
+    if step is None:
+        return ""
+    return f"{step} step{'s' if step != 1 else ''}"
+
+
+def diff_label(step: int | None, seconds: int | None = None) -> str:
+    """How every table, message and file names a difference step: ``diff 6h``,
+    ``diff 3 steps`` (see :func:`step_text`), ``diff`` when the file says neither."""
+    text = step_text(step, seconds)
+    return f"diff {text}" if text else "diff"

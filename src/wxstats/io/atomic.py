@@ -17,6 +17,17 @@ back; readers of wxstats (:func:`interrupted_write`) refuse the folder until
 then. Programs that do not know the journal (neural-lam) may see a mixed set
 in that window.
 
+Outputs are prepared before the data is read (:func:`prepare_all`): each
+temporary file is made in its final folder and written once from a template of
+the statistics (same names, dimensions and attributes, placeholder values),
+so that an attribute a format refuses, a clash of names or a full disk ends a
+run in its first seconds, not after hours. At the end :meth:`Prepared.commit`
+writes the values over each template (the space is already taken) and renames
+the set into place; :meth:`Prepared.discard` removes the temporary files and
+every folder the run created. A full disk is named as such (``no space left
+on ...``), whatever the library that hit it says (HDF5 reports one as an
+``HDF error`` or even ``Permission denied``).
+
 File modes are what a user of a shared cluster expects: a new file gets
 ``0666 & ~umask`` (``mkstemp`` alone would make every output 0600, unreadable to
 the colleagues whose training jobs load a group-shared ``static/``), and a file
@@ -25,6 +36,7 @@ being replaced keeps its own mode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,17 +45,20 @@ import tempfile
 import uuid
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
+from wxstats.io.disk import NO_SPACE, disk_is_full, no_space
 
 Writer = Callable[[Path], None]
 """Writes one output to the temporary path it is given."""
 
 
-def check_writable(paths: list[Path], overwrite: bool) -> None:
+def check_writable(paths: list[Path], overwrite: bool) -> list[Path]:
     """Fail before any work if an output exists (without ``overwrite``) or its
-    folder cannot be created or written."""
+    folder cannot be created or written; the folders it created, deepest first
+    (a failed run removes them)."""
     if len(paths) > 1:
         for folder in sorted({p.parent for p in paths}):
             recover_interrupted(folder)
@@ -58,15 +73,29 @@ def check_writable(paths: list[Path], overwrite: bool) -> None:
             f"output exists: {', '.join(existing)}; pass --overwrite to replace, "
             "or choose another location"
         )
+    created: list[Path] = []
     for folder in sorted({p.parent for p in paths}):
+        new = [a for a in (folder, *folder.parents) if not a.exists()]
+        created = new + created  # removed where made and empty (mkdir may fail midway)
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".wxstats-probe-"):
                 pass
         except OSError as exc:
+            remove_folders(created)
+            if exc.errno in NO_SPACE:
+                raise no_space(folder) from None
             blocker = next((a for a in (folder, *folder.parents) if a.is_file()), None)
             reason = f"{blocker} is a file" if blocker else exc.strerror or exc
             raise WxstatsError(f"{folder}: output folder is not writable: {reason}") from None
+    return created
+
+
+def remove_folders(folders: list[Path]) -> None:
+    """Remove the folders a run created (deepest first), where they are empty."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def fsync_file(path: Path) -> None:
@@ -208,50 +237,127 @@ def interrupted_write(folder: Path) -> Path | None:
     return next(iter(sorted(folder.glob(JOURNAL_GLOB))), None) if folder.is_dir() else None
 
 
+def _write(writer: Writer, temp: Path, final: Path) -> None:
+    """Run ``writer`` into ``temp``; a failure is one line naming ``final``
+    (a full disk as such)."""
+    try:
+        writer(temp)
+    except WxstatsError:
+        raise
+    # what netCDF4/HDF5, numpy and torch raise for a file they cannot write
+    except (OSError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
+        if (isinstance(exc, OSError) and exc.errno in NO_SPACE) or disk_is_full(final.parent):
+            raise no_space(final) from None
+        raise WxstatsError(f"{final}: cannot be written: {exc}") from None
+
+
+@dataclass
+class Prepared:
+    """Outputs whose temporary files exist, each holding its template (see
+    module docstring): committed at the end, or discarded."""
+
+    temps: dict[Path, Path] = field(default_factory=dict)
+    created: list[Path] = field(default_factory=list)
+    """Folders made for these outputs (deepest first): a failed run removes them."""
+    committed: bool = False
+    """Every output renamed into place."""
+
+    def discard(self) -> None:
+        """Remove the temporary files and the folders made for them (nothing
+        after a commit: the outputs are in place)."""
+        if self.committed:
+            return
+        for temp in self.temps.values():
+            temp.unlink(missing_ok=True)
+        self.temps = {}
+        remove_folders(self.created)
+
+    def commit(
+        self, writers: dict[Path, Writer], before_renames: Callable[[], None] | None = None
+    ) -> None:
+        """Write every output over its template, then rename the set into
+        place all or nothing (``before_renames``: a last call before the first
+        rename). A failure discards everything this run made."""
+        try:
+            self._commit(writers, before_renames)
+        finally:
+            for final, temp in self.temps.items():
+                if final not in writers:  # prepared, but nothing to write after all
+                    temp.unlink(missing_ok=True)
+            self.discard()
+
+    def _commit(self, writers: dict[Path, Writer], before_renames) -> None:
+        entries: list[Entry] = []
+        journals: list[Path] = []
+        moved: list[Entry] = []
+        temps = {final: self.temps[final] for final in writers}
+        try:
+            for final, writer in writers.items():
+                _write(writer, temps[final], final)
+                os.chmod(temps[final], output_mode(final))  # the writer may recreate it
+                fsync_file(temps[final])
+            several = len(temps) > 1
+            for final, temp in temps.items():  # a loop: links made before a failure go
+                entries.append((final, temp, _backup(final) if several else None))
+            if several:
+                _write_journals(entries, journals)
+            if before_renames is not None:
+                before_renames()
+            for entry in entries:
+                os.replace(entry[1], entry[0])
+                moved.append(entry)
+            self.committed = True
+            for folder in {p.parent for p in temps}:
+                _fsync_dir(folder)
+        except BaseException as exc:
+            self.committed = False
+            try:
+                _put_back(moved)
+            except OSError:  # everything stays for the next write to put the set back
+                self.temps, self.created, entries, journals = {}, [], [], []
+                raise WxstatsError(
+                    f"writing outputs failed and putting the previous files back failed too: "
+                    f"{exc}; the next wxstats write into {moved[0][0].parent} restores them"
+                ) from None
+            if isinstance(exc, OSError):
+                if exc.errno in NO_SPACE:
+                    raise no_space(next(iter(temps))) from None
+                raise WxstatsError(f"writing outputs failed, nothing was replaced: {exc}") from None
+            raise
+        finally:
+            for journal in journals:  # first: a stray link without a journal is harmless
+                journal.unlink(missing_ok=True)
+            for _, temp, backup in entries:
+                temp.unlink(missing_ok=True)
+                if backup is not None:
+                    backup.unlink(missing_ok=True)
+
+
+def prepare_all(outputs: dict[Path, Writer | None], overwrite: bool) -> Prepared:
+    """Check every output and make its temporary file, written from its
+    template where one is given (see module docstring); nothing is left
+    behind if any fails."""
+    prepared = Prepared(created=check_writable(list(outputs), overwrite))
+    try:
+        for final, template in outputs.items():
+            try:
+                fd, name = tempfile.mkstemp(
+                    dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"
+                )
+            except OSError as exc:
+                if exc.errno in NO_SPACE:
+                    raise no_space(final) from None
+                raise WxstatsError(f"{final}: cannot be written: {exc}") from None
+            os.close(fd)
+            prepared.temps[final] = Path(name)
+            if template is not None:
+                _write(template, Path(name), final)
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
+
+
 def write_all(outputs: dict[Path, Writer], overwrite: bool) -> None:
     """Write every output atomically, or none of them (see module docstring)."""
-    check_writable(list(outputs), overwrite)
-    temps: dict[Path, Path] = {}
-    entries: list[Entry] = []
-    journals: list[Path] = []
-    moved: list[Entry] = []
-    try:
-        for final, writer in outputs.items():
-            fd, name = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
-            os.close(fd)
-            temp = Path(name)
-            temps[final] = temp
-            writer(temp)
-            os.chmod(temp, output_mode(final))  # after the writer: it may recreate the file
-            fsync_file(temp)
-        several = len(temps) > 1
-        for final, temp in temps.items():  # a loop: links made before a failure are removed
-            entries.append((final, temp, _backup(final) if several else None))
-        if several:
-            _write_journals(entries, journals)
-        for entry in entries:
-            os.replace(entry[1], entry[0])
-            moved.append(entry)
-        for folder in {p.parent for p in outputs}:
-            _fsync_dir(folder)
-    except BaseException as exc:
-        try:
-            _put_back(moved)
-        except OSError:  # everything stays for the next write to put the set back
-            entries, journals, temps = [], [], {}
-            raise WxstatsError(
-                f"writing outputs failed and putting the previous files back failed too: "
-                f"{exc}; the next wxstats write into {moved[0][0].parent} restores them"
-            ) from None
-        if isinstance(exc, OSError):
-            raise WxstatsError(f"writing outputs failed, nothing was replaced: {exc}") from None
-        raise
-    finally:
-        for journal in journals:  # first: a stray link without a journal is harmless
-            journal.unlink(missing_ok=True)
-        for _, temp, backup in entries:
-            temp.unlink(missing_ok=True)
-            if backup is not None:
-                backup.unlink(missing_ok=True)
-        for temp in temps.values():
-            temp.unlink(missing_ok=True)
+    prepare_all(dict.fromkeys(outputs), overwrite).commit(outputs)

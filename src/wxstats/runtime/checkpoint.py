@@ -8,9 +8,10 @@ during a write, leaves the previous version. Sums are exact, so the union of
 the part files of any earlier runs, whatever their number of ranks, plus the
 remaining samples gives the same bytes as an uninterrupted run.
 
-``manifest.json`` records what the checkpoint is of (the source's identity:
-files, sizes, modification times; and every option that changes the result).
-Resuming against anything else is refused with a message saying what changed.
+``manifest.json`` records what the checkpoint is of: the whole run identity
+(:mod:`wxstats.runtime.identity`: options, grid, time steps and samples,
+files with sizes and modification times). Resuming against anything else is
+refused in one line naming the first difference.
 
 How a run uses the folder is :mod:`wxstats.runtime.resumable`.
 """
@@ -29,35 +30,11 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.io.atomic import write_all
-from wxstats.sources.xarray.fingerprint import describe_array_changes
+from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-
-
-def _describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    changes = []
-    old_id, new_id = old.get("identity", {}), new.get("identity", {})
-    for key in sorted(set(old.get("options", {})) | set(new.get("options", {}))):
-        a, b = old.get("options", {}).get(key), new.get("options", {}).get(key)
-        if key == "samples" and old_id != new_id:
-            continue  # changed files: said below, more clearly
-        if a != b:
-            changes.append(f"option {key}: {a!r} -> {b!r}")
-    old_files = {f[0]: f[1:] for f in old_id.get("files", [])}
-    new_files = {f[0]: f[1:] for f in new_id.get("files", [])}
-    added = sorted(set(new_files) - set(old_files))
-    removed = sorted(set(old_files) - set(new_files))
-    modified = sorted(n for n in set(old_files) & set(new_files) if old_files[n] != new_files[n])
-    for label, names in (("added", added), ("removed", removed), ("modified", modified)):
-        if names:
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            changes.append(f"files {label}: {shown}")
-    changes += describe_array_changes(old_id.get("arrays") or {}, new_id.get("arrays") or {})
-    for key in sorted(set(old_id) | set(new_id)):
-        if key not in ("files", "arrays") and old_id.get(key) != new_id.get(key):
-            changes.append(f"dataset {key}: {old_id.get(key)!r} -> {new_id.get(key)!r}")
-    return changes
+FORMAT_VERSION = 2
+"""Of the manifest (1: before the run's identity held a MEPS config and the grid)."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -73,9 +50,9 @@ def _contents(folder: Path) -> list[str]:
 class Checkpoint:
     """One rank's view of a checkpoint folder (see module docstring)."""
 
-    def __init__(self, directory: str | Path, fingerprint: dict[str, Any]) -> None:
+    def __init__(self, directory: str | Path, identity: dict[str, Any]) -> None:
         self.directory = Path(directory)
-        self.fingerprint = {"format": FORMAT_VERSION, **json.loads(json.dumps(fingerprint))}
+        self.fingerprint = {"format": FORMAT_VERSION, **json.loads(json.dumps(identity))}
         self.part = self.directory / f"part-{uuid.uuid4().hex}.npz"
 
     # -- set-up (rank 0 first, then every rank) ----------------------------
@@ -148,10 +125,16 @@ class Checkpoint:
                 f"{manifest}: the checkpoint is damaged (not a manifest); remove the folder "
                 f"{self.directory} and rerun without --resume to start afresh"
             )
-        if old != self.fingerprint:
-            changes = _describe_changes(old, self.fingerprint) or ["format or dataset description"]
+        if old.get("format") != FORMAT_VERSION:
             raise WxstatsError(
-                f"{self.directory}: checkpoint is of another run ({'; '.join(changes)}); "
+                f"{self.directory}: checkpoint written by another wxstats (manifest format "
+                f"{old.get('format')}, this one reads {FORMAT_VERSION}); remove the folder and "
+                "rerun without --resume to start afresh"
+            )
+        change = first_difference(old, self.fingerprint, "the checkpoint", "this run")
+        if change:
+            raise WxstatsError(
+                f"{self.directory}: checkpoint is of another run ({change}); "
                 "rerun with the original data and options, or remove the folder"
             )
 

@@ -129,7 +129,8 @@ def blocks_accumulator(
                 {k: r.shift[part] for k, r in ref.diffs.items()},
                 {k: r.scale[part] for k, r in ref.diffs.items()},
             )
-            _refuse_bad_values(where, spec, sums, skipna, at)
+            here = block.origin or where  # the file holding these values
+            _refuse_bad_values(here, spec, sums, skipna, at)
             cells = acc.streams[spec.name].cells
             if cells is not None:
                 t0, t1 = block.value_range
@@ -142,16 +143,16 @@ def blocks_accumulator(
                     )
                 except CellRangeError:
                     raise InputError(
-                        f"{where}: variable(s) {', '.join(spec.features)}: values more than "
+                        f"{here}: variable(s) {', '.join(spec.features)}: values more than "
                         "2**20 times their first time step's spread away from it; time means "
-                        "(makani's time_means) cannot be summed exactly"
+                        "(makani's time_means, ACE's time-mean.nc) cannot be summed exactly"
                     ) from None
             try:
                 acc.add(spec.name, sums, per_step, at)
             except NonFiniteSums as exc:
                 bad = ", ".join(spec.features[f] for f in exc.features)
                 raise InputError(
-                    f"{where}: variable(s) {bad}: values span too wide a range for float64 "
+                    f"{here}: variable(s) {bad}: values span too wide a range for float64 "
                     "sums (relative to the first time step of the first sample)"
                 ) from None
     return acc
@@ -187,6 +188,7 @@ def group_runs(block: Block) -> list[tuple[Block, int]]:
             cut(block.value_range),
             {k: cut(r) for k, r in block.diff_ranges.items()},
             weights=block.weights,
+            origin=block.origin,
         )
         out.append((piece, int(g) * width))
         t = end

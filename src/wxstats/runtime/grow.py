@@ -19,7 +19,6 @@ all-reduce join the new sums to the state's and keep the result to write.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,59 +32,81 @@ from wxstats.core.kernels import Block
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator, references
+from wxstats.runtime.identity import references_digest
 from wxstats.runtime.state import (
     Coverage,
     State,
     check_source,
     coverage_of,
     identity_of,
-    reference_parts,
     refuse_mismatch,
     refuse_other_references,
+    state_of_run,
 )
 from wxstats.sources.base import Source
 
 
-def seam(earlier: State, later: State) -> RunMoments:
+@dataclass
+class Span:
+    """One contiguous range of a state's coverage with its edge steps (``owner``:
+    the index of its state among those being combined)."""
+
+    first: int | float
+    last: int | float
+    n: int
+    head: dict[str, np.ndarray]
+    tail: dict[str, np.ndarray]
+    owner: int = 0
+
+
+def spans(state: State, owner: int = 0) -> list[Span]:
+    """The contiguous ranges of ``state``, each with its own edges."""
+    out, at = [], 0
+    for first, last, n in state.coverage.spans:
+        m = min(state.reach, int(n))
+        edges = [{v: e[at : at + m] for v, e in side.items()} for side in (state.head, state.tail)]
+        out.append(Span(first, last, int(n), *edges, owner))
+        at += m
+    return out
+
+
+def seam(state: State, earlier: Span, later: Span, where: str) -> RunMoments:
     """The exact sums of the differences whose earlier time is in ``earlier``
-    and later time in ``later`` (adjacent ranges)."""
+    and later time in ``later`` (adjacent ranges of states like ``state``)."""
     blocks = {}
-    split = earlier.identity["split"]
+    split = state.identity["split"]
     for var, tail in earlier.tail.items():
         head = later.head[var]
         n_t, n_h = tail.shape[0], head.shape[0]
         array = np.concatenate([tail, head.astype(np.result_type(tail, head))])
         diffs = {}
-        for k in earlier.identity["diff_steps"]:
+        for k in state.identity["diff_steps"]:
             lo, hi = max(n_t, k), min(n_t + k, n_t + n_h)
             diffs[k] = (lo, hi) if lo < hi else (0, 0)
         channels = np.arange(array.shape[2], dtype=np.int64)
-        groups = _edge_groups(earlier, later, n_t, n_h)
-        blocks[f"{var}__{split}"] = Block(
-            array, channels, (0, 0), diffs, groups, earlier.weights.get(var)
-        )
-    where = f"{later.name}: the differences across the start of {later.coverage.text}"
+        groups = _edge_groups(state, earlier, later, n_t, n_h)
+        weights = state.weights.get(var)
+        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups, weights)
     return blocks_accumulator(
-        earlier.specs,
+        state.specs,
         blocks,
-        earlier.refs,
+        state.refs,
         where=where,
-        skipna=earlier.identity["skipna"],
+        skipna=state.identity["skipna"],
         per_step=True,
     )
 
 
-def _edge_groups(earlier: State, later: State, n_t: int, n_h: int) -> np.ndarray | None:
+def _edge_groups(state: State, earlier: Span, later: Span, n_t: int, n_h: int) -> np.ndarray | None:
     """A climatology's group of each step of ``earlier``'s tail then ``later``'s head."""
-    by = earlier.identity.get("by")
+    by = state.identity.get("by")
     if not by:
         return None
     from wxstats.sources.xarray.timeaxis import group_index
 
-    a, b = earlier.coverage, later.coverage
-    step = int(a.step if a.step is not None else (b.step or 0))
-    ns = [a.last - step * (n_t - 1 - i) for i in range(n_t)] + [
-        b.first + step * i for i in range(n_h)
+    step = int(later.first - earlier.last)
+    ns = [earlier.last - step * (n_t - 1 - i) for i in range(n_t)] + [
+        later.first + step * i for i in range(n_h)
     ]
     return group_index(by, np.array(ns, dtype=np.int64).astype("datetime64[ns]"))
 
@@ -107,8 +128,8 @@ def _next_step(a: Coverage, first: int | float, step: int | float) -> bool:
     return _same(a, first, a.last + step, step)
 
 
-def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
-    """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
+def _check_axis(prev: State, nxt: State, verb: str) -> int | float | None:
+    """Refuse another kind of time axis or another step; the step."""
     a, b = prev.coverage, nxt.coverage
     if a.dtype != b.dtype:
         raise WxstatsError(
@@ -121,6 +142,13 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
             f"{nxt.name}: cannot {verb} {prev.name}: its time step differs "
             f"({b.delta(b.step)} vs {a.delta(a.step)})"
         )
+    return step
+
+
+def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
+    """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
+    a, b = prev.coverage, nxt.coverage
+    step = _check_axis(prev, nxt, verb)
     if b.first <= a.last:
         raise WxstatsError(
             f"{nxt.name}: overlaps {prev.name}: {b.text} vs {a.text}; each time step may be "
@@ -143,66 +171,88 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     return True
 
 
-def _join_edges(prev: State, nxt: State) -> tuple[dict, dict]:
-    reach = prev.reach
-    head = dict(prev.head)
-    if prev.coverage.n < reach:
-        head = {v: np.concatenate([prev.head[v], nxt.head[v]])[:reach] for v in prev.head}
-    tail = dict(nxt.tail)
-    if nxt.coverage.n < reach:
-        tail = {v: np.concatenate([prev.tail[v], nxt.tail[v]])[-reach:] for v in nxt.tail}
-    return head, tail
+def _join(prev: Span, nxt: Span, reach: int) -> Span:
+    """Adjacent ranges as one (edges of ``reach`` steps reaching across a short one)."""
+    head = {v: np.concatenate([prev.head[v], nxt.head[v]])[:reach] for v in prev.head}
+    tail = {v: np.concatenate([prev.tail[v], nxt.tail[v]])[-reach:] for v in nxt.tail}
+    return Span(prev.first, nxt.last, prev.n + nxt.n, head, tail, prev.owner)
 
 
 def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
-    """One state of disjoint ``states`` (any order), as one run over all of them."""
-    first = states[0]
-    for other in states[1:]:
+    """One state of disjoint ``states`` (any order), as one run over all of them:
+    their ranges in time order, a seam where two meet (a state may fill another's
+    gap), a gap elsewhere (refused unless allowed, or inside a state's gap)."""
+    ordered = sorted(states, key=lambda s: s.coverage.first)
+    first = ordered[0]
+    acc = first.acc.empty_like()
+    acc.merge(first.acc)
+    static = first.static_streams
+    ruler = first  # the first state with a time step (more than one step) gives it
+    for other in ordered[1:]:  # the earliest range's references are the full run's
         refuse_mismatch(first, other.identity, other.name, verb)
         refuse_other_references(first, other, verb)
-    ordered = sorted(states, key=lambda s: s.coverage.first)
-    total = ordered[0]
-    acc = total.acc.empty_like()
-    acc.merge(total.acc)
-    static = total.static_streams
-    gaps = list(total.attrs.get("gaps", []))
-    for nxt in ordered[1:]:
-        adjacent = check_next(total, nxt, allow_gap, verb)
+        _check_axis(ruler, other, verb)
+        ruler = ruler if ruler.coverage.step is not None else other
         for name in static:
             if not np.array_equal(
-                np.concatenate(_packed(acc, name)), np.concatenate(_packed(nxt.acc, name))
+                np.concatenate(_packed(first.acc, name)), np.concatenate(_packed(other.acc, name))
             ):
                 raise WxstatsError(
-                    f"{nxt.name}: the static variable {name.split('__')[0]} differs from "
-                    f"{total.name}'s; a static field must be the same in every range"
+                    f"{other.name}: the static variable {name.split('__')[0]} differs from "
+                    f"{first.name}'s; a static field must be the same in every range"
                 )
-        if adjacent:
-            acc.merge(seam(total, nxt))
-        else:
-            gaps.append(
-                [total.coverage.label(total.coverage.last), nxt.coverage.label(nxt.coverage.first)]
+        acc.merge(_time_streams(other.acc, static))
+    cov, step = first.coverage, ruler.coverage.step
+    pieces = sorted((p for i, s in enumerate(ordered) for p in spans(s, i)), key=lambda p: p.first)
+    joined = [pieces[0]]
+    for nxt in pieces[1:]:
+        prev = joined[-1]
+        a, b = ordered[prev.owner], ordered[nxt.owner]
+        if nxt.first <= prev.last:
+            raise WxstatsError(
+                f"{b.name}: overlaps {a.name}: {b.coverage.text} vs {a.coverage.text}; each "
+                "time step may be counted once"
             )
-        acc.merge(_time_streams(nxt.acc, static))
-        head, tail = _join_edges(total, nxt)
-        a, b = total.coverage, nxt.coverage
-        coverage = Coverage(
-            a.dtype, a.first, b.last, a.n + b.n, a.step if a.step is not None else b.step
-        )
-        total = State(
-            identity=total.identity,
-            specs=total.specs,
-            coverage=coverage,
-            acc=acc,
-            refs=total.refs,
-            reference_origin=total.reference_origin,
-            head=head,
-            tail=tail,
-            weights=total.weights,
-            datasets=total.datasets + nxt.datasets,
-            attrs={**total.attrs, "gaps": gaps},
-            path=total.path,
-        )
-    return total
+        if step is not None and _same(cov, nxt.first, prev.last + step, step):
+            where = f"{b.name}: the differences across {cov.label(nxt.first)}"
+            acc.merge(seam(first, prev, nxt, where))
+            joined[-1] = _join(prev, nxt, first.reach)
+            continue
+        inside = any(s.coverage.first < nxt.first and s.coverage.last > prev.last for s in ordered)
+        if not (allow_gap or inside):
+            expected = cov.label(prev.last + step) if step is not None else "the next time step"
+            raise WxstatsError(
+                f"{b.name}: leaves a gap after {a.name}: it starts at {cov.label(nxt.first)}, "
+                f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
+                "differences are counted across it)"
+            )
+        joined.append(nxt)
+    ranges = [[p.first, p.last, p.n] for p in joined]
+    gaps = [
+        [cov.label(p.last), cov.label(q.first)]
+        for p, q in zip(joined[:-1], joined[1:], strict=True)
+    ]
+    return State(
+        identity=first.identity,
+        specs=first.specs,
+        coverage=Coverage(
+            cov.dtype,
+            ranges[0][0],
+            ranges[-1][1],
+            sum(r[2] for r in ranges),
+            step,
+            ranges if len(ranges) > 1 else None,
+        ),
+        acc=acc,
+        refs=first.refs,
+        reference_origin=first.reference_origin,
+        head={v: np.concatenate([p.head[v] for p in joined]) for v in first.head},
+        tail={v: np.concatenate([p.tail[v] for p in joined]) for v in first.tail},
+        weights=first.weights,
+        datasets=[d for s in ordered for d in s.datasets],
+        attrs={**first.attrs, "gaps": gaps},
+        path=first.path,
+    )
 
 
 def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
@@ -232,29 +282,6 @@ def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     return stats
 
 
-def state_of_run(
-    source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool, origin: str
-) -> State:
-    """The state of a finished run over ``source`` (reads its edge time steps)."""
-    split = source.splits[0]
-    coverage = coverage_of(source)
-    reach = max(source.diff_steps)
-    n = min(reach, coverage.n)
-    return State(
-        identity=identity_of(source, skipna),
-        specs=list(source.streams),
-        coverage=coverage,
-        acc=acc,
-        refs=refs,
-        reference_origin=origin,
-        head=source.steps(split.start, split.start + n),
-        tail=source.steps(split.stop - n, split.stop),
-        weights={v.name: v.weights for v in source.vars if v.weights is not None},
-        datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
-        attrs=dict(source.attrs),
-    )
-
-
 @dataclass
 class Growth:
     """A run's use of states (see module docstring): ``base`` to update,
@@ -281,12 +308,9 @@ class Growth:
         return self.base or self.reference
 
     def reference_key(self) -> str | None:
-        """What the references taken from a state are, for a checkpoint's
-        fingerprint (resuming with another state's references is refused)."""
-        if self._from is None:
-            return None
-        parts = [x for r in reference_parts(self._from.refs) for x in (r.shift, r.scale)]
-        return hashlib.sha256(b"".join(a.tobytes() for a in parts)).hexdigest()[:16]
+        """The references taken from a state, for the run's identity (resuming
+        or joining ranks with another state's references is refused)."""
+        return references_digest(self._from.refs) if self._from is not None else None
 
     def check(self, source: Source, skipna: bool) -> None:
         """Refuse, before any data is read, what cannot become a state or grow one."""
@@ -324,7 +348,8 @@ class Growth:
         (else the old part changed and the state no longer describes it)."""
         base = self.base
         start = source.splits[0].start
-        n = next(iter(base.tail.values())).shape[0] if base.tail else 0
+        last = spans(base)[-1].tail  # the edges of the state's last range
+        n = next(iter(last.values())).shape[0] if last else 0
         cov = base.coverage
         found = Coverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
@@ -334,7 +359,7 @@ class Growth:
                 f"last time steps ({cov.text}); give data that continues the state"
             )
         steps = source.steps(start - n, start)
-        for var, tail in base.tail.items():
+        for var, tail in last.items():
             if not np.array_equal(
                 steps[var].astype(np.float64), tail.astype(np.float64), equal_nan=True
             ):

@@ -28,6 +28,7 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.devices import resolve_backend
+from wxstats.runtime.identity import refuse_other_rank
 from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.runtime.liveness import Liveness
 from wxstats.runtime.monitor import Monitor
@@ -40,6 +41,8 @@ class ProgressSettings:
 
     mode: str = "bar"
     interval: float = 30.0
+    unit: str = "sample"
+    """What the source calls one sample (``time block`` for zarr/netCDF), for the text."""
 
 
 class World(Protocol):
@@ -54,7 +57,8 @@ class World(Protocol):
         ...
 
     def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
-        """The samples (their sizes) and what every rank must agree on are known."""
+        """The samples (their sizes) and the run's identity are known (a job
+        refuses a rank whose identity differs from rank 0's, before reading)."""
         ...
 
     def on_sample(self, nbytes: int) -> None:
@@ -102,7 +106,7 @@ class Solo:
 
     def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
         self._progress = ProgressReporter(
-            len(sizes), sum(sizes), progress.mode, progress.interval
+            len(sizes), sum(sizes), progress.mode, progress.interval, unit=progress.unit
         ).__enter__()
 
     def on_sample(self, nbytes: int) -> None:
@@ -139,11 +143,6 @@ class Solo:
             self._progress = None
 
 
-def _fingerprint(identity: Any) -> int:
-    text = json.dumps(identity, sort_keys=True, default=str).encode()
-    return zlib.crc32(text) | (zlib.adler32(text) << 32) & 0x7FFFFFFFFFFFFFFF
-
-
 TOKEN_KEY = "wxstats/job_token"
 """Where rank 0 puts its job's token in the store, before any collective."""
 
@@ -173,7 +172,6 @@ class Job:
         self._before_forced_exit: Callable[[], str] | None = None
         self._progress: ProgressReporter | None = None
         self._totals: tuple[int, int] | None = None
-        self._identity = 0
 
     @property
     def where(self) -> str:
@@ -251,20 +249,20 @@ class Job:
         """Leave the job; rank 0 (which may host the store) leaves last."""
         import torch.distributed as dist
 
-        # not waited for: the dead, and the rank that failed (it may be stuck in a read,
-        # to be ended by its own watchdog: waiting for it kept rank 0 up to --timeout)
-        gone = set(self.monitor.dead) if self.monitor is not None else set()
-        if self.monitor is not None and self.monitor.failure is not None:
-            gone.add(self.monitor.failure[0])
-        waiting = [f"left/{r}" for r in range(1, self.world_size) if r not in gone]
+        # not waited for: the dead or gone (also meanwhile), the rank that failed (it may be
+        # stuck in a read, to be ended by its watchdog: waiting kept rank 0 up to --timeout)
+        deadline = time.monotonic() + min(self.timeout, 30.0)
         try:
-            if self.rank == 0:
-                deadline = time.monotonic() + min(self.timeout, 30.0)
-                while waiting and time.monotonic() < deadline:
-                    if self.store.check(waiting):
-                        break
-                    time.sleep(0.05)
-            else:
+            while self.rank == 0 and time.monotonic() < deadline:
+                gone = set(self.monitor.dead) if self.monitor is not None else set()
+                gone |= self.liveness.gone if self.liveness is not None else set()
+                if self.monitor is not None and self.monitor.failure is not None:
+                    gone.add(self.monitor.failure[0])
+                waiting = [f"left/{r}" for r in range(1, self.world_size) if r not in gone]
+                if not waiting or self.store.check(waiting):
+                    break
+                time.sleep(0.05)
+            if self.rank != 0:
                 self.store.set(f"left/{self.rank}", "1")
         except Exception:  # noqa: BLE001 - the store may be gone: nothing to tell
             pass
@@ -283,7 +281,7 @@ class Job:
     # -- progress --------------------------------------------------------------------
     def begin(self, sizes: list[int], identity: Any, progress: ProgressSettings) -> None:
         self._totals = (len(sizes), sum(sizes))
-        self._identity = _fingerprint(identity)
+        self._agree(identity)
         self.monitor.begin_share()
         if self.show_progress:
             self._progress = ProgressReporter(
@@ -292,7 +290,17 @@ class Job:
                 progress.mode,
                 progress.interval,
                 ranks=self.world_size,
+                unit=progress.unit,
             ).__enter__()
+
+    def _agree(self, identity: dict[str, Any]) -> None:
+        """Every rank compares its run's identity with rank 0's, and none reads data
+        until all have: a rank started otherwise is refused, and the others stop."""
+        text = json.dumps(identity, sort_keys=True, default=str).encode()
+        theirs = json.loads(zlib.decompress(self.broadcast_bytes("identity", zlib.compress(text))))
+        refuse_other_rank(identity, theirs, self.rank)
+        self.store.add("agreed", 1)
+        self.monitor.wait_for("agreed", self.world_size)
 
     def _show(self, samples: int, nbytes: int) -> None:
         if self._progress is not None:
@@ -328,15 +336,10 @@ class Job:
         self.monitor.wait_for("ready", self.world_size)
         ints, minimum, maximum = acc.pack()
         device = torch.device(self.device)
-        check = torch.tensor([self._identity, -self._identity, ints.size], dtype=torch.int64)
-        check = check.to(device)
+        check = torch.tensor([ints.size, -ints.size], dtype=torch.int64).to(device)
         dist.all_reduce(check, op=dist.ReduceOp.MAX)
-        first, neg, size = (int(v) for v in check.cpu())
-        if first != -neg or size != ints.size:
-            raise WxstatsError(
-                "the ranks do not see the same dataset (different files, sizes or options): "
-                "run every rank on the same data"
-            )
+        if int(check[0]) != -int(check[1]):  # begin() compared the identities: a bug
+            raise WxstatsError("the ranks' sums have other layouts; nothing was written")
         t_ints = torch.from_numpy(ints.astype(np.int64)).to(device)
         t_min = torch.from_numpy(minimum.astype(np.float64)).to(device)
         t_max = torch.from_numpy(maximum.astype(np.float64)).to(device)

@@ -56,8 +56,7 @@ class Launch:
     """What this job is (``slurm job 12 step 0``, torchrun's run id...): ranks that
     reach a store holding another token refuse to join (two jobs on one port)."""
     master_from: str = field(default="", compare=False)
-    """The variable ``master_addr`` came from (``MASTER_ADDR``, ``SLURM_JOB_NODELIST``...),
-    for the message if it cannot be resolved."""
+    """The variable ``master_addr`` came from, for the message if it does not resolve."""
 
     def default_threads(self) -> int:
         """Threads so that ranks × threads ≈ the CPUs this node gives the job."""
@@ -179,9 +178,8 @@ def _check_place(
     local: tuple[int, str],
     local_world: tuple[int, str],
 ) -> None:
-    """Refuse, in one line and before any rendezvous, a rank that cannot be part of
-    its job: torch would wait for ranks that never come, or fail with its own trace.
-    Each pair is (value, variable); a local world size of 0 means not given."""
+    """Refuse a rank that cannot be part of its job, in one line, before torch waits
+    for ranks that never come. Pairs are (value, variable); local world 0: not given."""
 
     def said(pair: tuple[int, str]) -> str:
         return f"{pair[1]}={env.get(pair[1], pair[0])}"
@@ -348,6 +346,9 @@ def launch_local(argv: list[str], nproc: int, timeout: float = DEFAULT_TIMEOUT) 
     rank, c = first_failure
     if rank < 0:
         name = "SIGTERM" if c == 143 else "SIGINT"
+        if codes[0] == 0:  # rank 0 ends with 0 only once every output is in place
+            print(f"wxstats: {name} came after the outputs were written; the run is complete")
+            return 0
         print(
             f"wxstats: interrupted by {name}; all ranks stopped, no output was written",
             file=sys.stderr,

@@ -49,6 +49,8 @@ class Liveness:
         self.world_size = world_size
         self.master = master
         self.on_lost = on_lost
+        self.gone: set[int] = set()
+        """Ranks whose connection closed, a normal end or not (rank 0 waits for none)."""
         self._closing = threading.Event()
         self._sockets: list[socket.socket] = []
         self._thread: threading.Thread | None = None
@@ -88,6 +90,7 @@ class Liveness:
             return False
 
     def _lost(self, rank: int) -> None:
+        self.gone.add(rank)
         if not self._normal_end(rank):
             self.on_lost(rank)
 

@@ -18,7 +18,7 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
-from wxstats.io.atomic import Writer, check_writable, write_all
+from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.state import Coverage, State
@@ -38,7 +38,8 @@ def update_options(
     state = State.read(str(base_state))
     ident = state.identity
     selection = {
-        "variables": tuple(v["name"] for v in ident["variables"]),
+        # in the streams' order (the identity's is by name): the outputs' order as before
+        "variables": tuple(dict.fromkeys(s.layout.prefix for s in state.specs if s.layout)),
         "time_dim": ident["time_dim"],
         "diff_steps": tuple(ident["diff_steps"]),
         "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
@@ -78,14 +79,31 @@ def merge_states(
     allow_gap: bool = False,
 ) -> tuple[Stats, list[Path]]:
     """``wxstats merge``: the statistics (and state) of disjoint states."""
-    from wxstats.io.formats.netcdf import netcdf_writer
-    from wxstats.io.formats.summary import summary_writer
-
     started = time.time()
     planned = [Path(p) for p in (output, summary, state) if p is not None]
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
-    check_writable(planned, overwrite)
+    prepared = prepare_all(dict.fromkeys(planned), overwrite)
+    try:
+        stats, writers = _merged(paths, output, summary, state, allow_gap, started)
+        prepared.commit(writers)
+    finally:
+        prepared.discard()  # a refused merge leaves no temporary file or new folder
+    return stats, list(writers)
+
+
+def _merged(
+    paths: list[Path],
+    output: Path | None,
+    summary: Path | None,
+    state: Path | None,
+    allow_gap: bool,
+    started: float,
+) -> tuple[Stats, dict[Path, Writer]]:
+    """The merged statistics and the writers of the outputs asked for."""
+    from wxstats.io.formats.netcdf import netcdf_writer
+    from wxstats.io.formats.summary import summary_writer
+
     states = [State.read(str(p)) for p in paths]
     seen: set[Path] = set()
     for p in paths:
@@ -109,5 +127,4 @@ def merge_states(
         writers[Path(summary)] = summary_writer(stats)
     if state is not None:
         writers[Path(state)] = total.writer()
-    write_all(writers, overwrite)
-    return stats, list(writers)
+    return stats, writers

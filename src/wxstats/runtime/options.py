@@ -53,8 +53,8 @@ class ComputeOptions:
     output: Path | None = None
     write_into: bool = False
     output_format: str = "netcdf"
-    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast`` or ``makani``
-    (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
+    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast``, ``makani`` or
+    ``ace`` (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
     opens, ``--output S.zarr``)."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None

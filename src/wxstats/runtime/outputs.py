@@ -4,17 +4,22 @@ The one place that knows both sides: a neural-lam datastore YAML gets a
 :class:`~wxstats.sources.meps.MepsSource` and neural-lam's ``static/`` files
 plus ``wxstats_stats.nc``; anything else an
 :class:`~wxstats.sources.xarray.XarraySource` and a statistics file, and
-mllam-data-prep stores ``--write-into``. Every output is checked before any
-data is read, and written all-or-nothing.
+mllam-data-prep stores ``--write-into``. Every output is checked and
+prepared before any data is read (its temporary file written from a template
+of the statistics: :func:`prepare_outputs`), and written all-or-nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from wxstats import __version__
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import Stats
-from wxstats.io.atomic import Writer, check_writable, write_all
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.io.atomic import Prepared, Writer, prepare_all
 from wxstats.io.formats.netcdf import netcdf_writer
 from wxstats.io.formats.summary import summary_writer
 from wxstats.io.read import NETCDF_NAME
@@ -25,6 +30,14 @@ from wxstats.runtime.anemoi_outputs import (
     write_anemoi_outputs,
 )
 from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.set_outputs import (
+    FOLDER_FORMATS,
+    ace_set,
+    graphcast_set,
+    makani_set,
+    refuse_for_folder_format,
+    split_lengths,
+)
 from wxstats.sources.base import Source
 
 
@@ -80,8 +93,8 @@ def open_source(options: ComputeOptions) -> Source:
             "--summary), not with --write-into or --format graphcast"
         )
     makani = options.output_format == "makani"
-    if makani:
-        _refuse_for_makani(options)
+    if options.output_format in FOLDER_FORMATS:
+        refuse_for_folder_format(options)
     if options.weights not in (None, "none") and options.write_into:
         # the store's statistics arrays are rewritten in place with no record of how they
         # were computed, and mllam-data-prep's own statistics are unweighted: a weighted
@@ -101,7 +114,7 @@ def open_source(options: ComputeOptions) -> Source:
             weights=None
             if options.weights == "none"
             else options.weights or ("coslat" if makani else None),
-            time_means=makani,
+            time_means=options.output_format in FOLDER_FORMATS,
             variables=options.variables or None,
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
@@ -113,51 +126,39 @@ def open_source(options: ComputeOptions) -> Source:
     )
 
 
-def _refuse_for_makani(options: ComputeOptions) -> None:
-    """What makani's files cannot hold, refused before any data is read."""
-    given = {
-        "--output (give --output-dir)": options.output is not None,
-        "--write-into": options.write_into,
-        "--state": options.state is not None or options.base_state is not None,
-        "--skipna (makani's time means keep a NaN)": options.skipna,
-    }
-    flags = [flag for flag, value in given.items() if value]
-    if flags:
-        raise WxstatsError(
-            f"--format makani writes a folder of .npy files; not with {', '.join(flags)}"
+def template_stats(source: Source, skipna: bool) -> Stats:
+    """Statistics shaped as the run's will be (streams, features, layouts, the
+    difference steps each split can have, attributes), with placeholder values:
+    what every output is prepared from before any data is read."""
+    lengths = split_lengths(source)
+    streams = {}
+    for spec in source.streams:
+        n = len(spec.features)
+        nan, one, zero = np.full(n, np.nan), np.ones(n), np.zeros(n, np.int64)
+        steps = lengths.get(spec.layout.split) if spec.layout is not None else None
+        diff: dict[int | None, DiffStats] = {
+            k: DiffStats(mean=nan, std=one, count=zero, minimum=nan, maximum=nan)
+            for k in spec.diff_steps
+            if steps is None or steps > k
+        }
+        cells = spec.cell_grid_points
+        streams[spec.name] = StreamStats(
+            name=spec.name,
+            features=list(spec.features),
+            units=list(spec.units),
+            mean=nan,
+            std=one,  # not 0: a divisor a writer would refuse
+            count=zero,
+            minimum=nan,
+            maximum=nan,
+            nan_count=zero,
+            diff=diff,
+            long_names=list(spec.long_names),
+            layout=spec.layout,
+            time_mean=np.full((cells, n), np.nan) if cells else None,
         )
-
-
-def _makani_outputs(
-    source: Source, stats: Stats | None, options: ComputeOptions
-) -> dict[Path, Writer | None]:
-    """makani's files: one split, fields on one 2-D grid (H, W)."""
-    from wxstats.io.formats.makani import makani_files, makani_outputs
-
-    splits = [s.name for s in source.splits]
-    if len(splits) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format makani writes the statistics of one split (this run has "
-            f"{', '.join(splits)}); give one --split"
-        )
-    grids = {(v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars}
-    static = [v.name for v in source.vars if not v.has_time]
-    if static or len(grids) != 1 or len(next(iter(grids))[0]) != 2:
-        what = (
-            f"static {', '.join(static)}"
-            if static
-            else "grids " + "; ".join(f"{v.name}: {', '.join(v.grid_dims)}" for v in source.vars)
-        )
-        raise WxstatsError(
-            f"{source.path}: --format makani needs fields with time on one 2-D grid "
-            f"(latitude, longitude) besides their levels; found {what}"
-        )
-    folder = Path(options.output_dir or ".")
-    steps = tuple(source.diff_steps)
-    if stats is None:
-        return {folder / name: None for name in makani_files(steps)}
-    ((_, shape),) = grids
-    return dict(makani_outputs(stats, folder, splits[0], steps, shape))
+    attrs = {**source.attrs, "skipna": int(skipna)}
+    return Stats(source.kind, streams, attrs=attrs, run={"wxstats_version": __version__})
 
 
 def _refuse_xarray_options(options: ComputeOptions) -> None:
@@ -184,22 +185,33 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
 def _store_values(source: Source, stats: Stats | None, min_std: float | None = None):
     """Check the store (``stats`` None), or the values ``--write-into`` puts into it.
 
-    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there is
-    refused or floored as in the neural-lam files."""
-    from wxstats.io.formats.mdp import check_store, mdp_values, planned_variables
-    from wxstats.io.formats.neurallam import divisor_std
+    neural-lam divides by the store's ``std`` and ``diff_std``, so a 0 there (as
+    stored, in the variable's dtype) is refused or floored as in the neural-lam
+    files; a value the dtype cannot hold is refused before anything is written."""
+    from wxstats.io.formats.mdp import (
+        DIVISORS,
+        check_store,
+        mdp_values,
+        planned_variables,
+        store_dtypes,
+    )
+    from wxstats.io.formats.stored import check_stored, divisor_std
 
     if not getattr(source, "is_mdp", False):
         raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
     planned = planned_variables(source.streams)
     if stats is None:
-        check_store(source.path, planned)
+        check_store(source.path, planned, min_std)
         return None
     values = mdp_values(stats, planned)
+    dtypes = store_dtypes(source.path, planned)
     for name, plan in planned.items():
-        if plan.op in ("std", "diff_std") and name in values:
-            features = stats.streams[plan.stream].features
-            values[name] = divisor_std(values[name], features, min_std, f"{source.path}: {name}")
+        if name not in values:
+            continue
+        features, where = stats.streams[plan.stream].features, f"{source.path}: {name}"
+        if plan.op in DIVISORS:
+            values[name] = divisor_std(values[name], features, min_std, where, dtypes[name])
+        check_stored(values[name], dtypes[name], features, where)
     return values, planned
 
 
@@ -212,31 +224,6 @@ def meps_static_dir(source: Source) -> Path:
     return source.static_dir / source.split
 
 
-def _graphcast_outputs(
-    source: Source, stats: Stats | None, options: ComputeOptions
-) -> dict[Path, Writer | None]:
-    """GraphCast's files hold one split and one difference step: refuse other runs
-    up front, naming what to change."""
-    from wxstats.io.formats.graphcast import GRAPHCAST_FILES, graphcast_outputs
-
-    if options.output is not None or options.write_into:
-        raise WxstatsError(
-            "--format graphcast writes a set of files: give --output-dir, not --output or "
-            "--write-into"
-        )
-    splits, steps = [s.name for s in source.splits], source.diff_steps
-    if len(splits) != 1 or len(steps) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format graphcast writes the statistics of one split and one "
-            f"difference step (this run has splits {', '.join(splits)} and steps "
-            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
-        )
-    folder = Path(options.output_dir or ".")
-    if stats is None:
-        return {folder / name: None for name in GRAPHCAST_FILES}
-    return dict(graphcast_outputs(stats, folder, splits[0], steps[0]))
-
-
 def planned_outputs(
     source: Source, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
@@ -246,10 +233,12 @@ def planned_outputs(
         NEURALLAM_FILES,
         neurallam_outputs,
     )
+    from wxstats.io.formats.stored import PT_DTYPE, check_min_std
 
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
         static = options.output_dir or meps_static_dir(source)
+        check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
         if stats is None:
             outputs.update({static / name: None for name in NEURALLAM_FILES})
         else:
@@ -266,15 +255,23 @@ def planned_outputs(
             )
         outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
     elif options.output_format == "graphcast":
-        outputs.update(_graphcast_outputs(source, stats, options))
+        outputs.update(graphcast_set(source, stats, options))
     elif options.output_format == "makani":
-        outputs.update(_makani_outputs(source, stats, options))
+        outputs.update(makani_set(source, stats, options))
+    elif options.output_format == "ace":
+        outputs.update(ace_set(source, stats, options))
     else:
         from wxstats.sources.xarray import output_stem
 
         output = options.output if options.output_format != "anemoi" else None  # a store
         if output is None and options.summary is None and not into_or_anemoi(options):
-            output = Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"
+            # with --state, beside the state and named after it, as update's: the
+            # dataset's name would make a second state of the same data clash
+            output = (
+                Path(options.state).with_suffix(".stats.nc")
+                if options.state is not None
+                else Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"
+            )
         if output is not None:
             outputs[Path(output)] = netcdf_writer(stats) if stats else None
     if options.summary is not None:
@@ -305,32 +302,53 @@ def check_collisions(source: Source, paths: list[Path]) -> None:
                 )
 
 
-def check_outputs(source: Source, options: ComputeOptions, extra: list[Path] = ()) -> None:
+def prepare_outputs(source: Source, options: ComputeOptions, extra: list[Path] = ()) -> Prepared:
     """Refuse up front (before hours of work) outputs that exist, cannot be
-    written, or collide with the inputs or each other (``extra``: a state file)."""
-    paths = list(planned_outputs(source, None, options)) + list(extra)
+    written, or collide with the inputs or each other (``extra``: a state file),
+    and prepare each from the template (see module docstring): a format's
+    refusal or a full disk ends the run here."""
+    planned = planned_outputs(source, template_stats(source, options.skipna), options)
+    paths = list(planned) + list(extra)
     side = sidecar_path(source, options)
     check_collisions(source, paths + ([side] if side else []))
-    check_writable(paths, options.overwrite)
-    if source.kind == "anemoi":
-        check_anemoi_outputs(source, options)
-    elif options.write_into:
-        _store_values(source, None)
+    # torch's .pt files hold only their values; importing torch here would delay every
+    # MEPS run by seconds (its import overlaps the reading, see runtime/preload.py)
+    templates = {p: (None if p.suffix == ".pt" else w) for p, w in planned.items()}
+    prepared = prepare_all({**templates, **dict.fromkeys(extra)}, options.overwrite)
+    try:
+        if source.kind == "anemoi":
+            check_anemoi_outputs(source, options)
+        elif options.write_into:
+            _store_values(source, None, options.min_std)
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
 
 
 def write_outputs(
-    source: Source, stats: Stats, options: ComputeOptions, extra: dict[Path, Writer] | None = None
+    source: Source,
+    stats: Stats,
+    options: ComputeOptions,
+    extra: dict[Path, Writer] | None = None,
+    *,
+    prepared: Prepared | None = None,
+    before_renames: Callable[[], None] | None = None,
 ) -> list[Path]:
-    """Write every output (everything that can be refused is refused first)."""
-    from wxstats.io.formats.mdp import write_into_store
+    """Fill and rename the outputs ``prepared`` before the run (prepared now
+    without it); everything that can be refused is refused first.
+    ``before_renames`` as :meth:`Prepared.commit`'s."""
+    from wxstats.io.formats.mdp import mdp_attrs, write_into_store
 
+    if prepared is None:
+        prepared = prepare_outputs(source, options, list(extra or {}))
     outputs = {**planned_outputs(source, stats, options), **(extra or {})}
     mdp_into = options.write_into and source.kind != "anemoi"
     into = _store_values(source, stats, options.min_std) if mdp_into else None
-    write_all({p: w for p, w in outputs.items() if w is not None}, options.overwrite)
+    prepared.commit({p: w for p, w in outputs.items() if w is not None}, before_renames)
     if source.kind == "anemoi":
         return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
-        write_into_store(source.path, *into)
+        write_into_store(source.path, *into, mdp_attrs(stats))
         return [*outputs, Path(source.path)]
     return list(outputs)

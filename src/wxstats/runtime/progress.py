@@ -32,6 +32,11 @@ def _clock_text(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
+def plural(n: int, word: str) -> str:
+    """``1 time block``, ``3 time blocks``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 class ProgressReporter:
     """Counts finished samples and reports (see module docstring); a context manager."""
 
@@ -44,6 +49,7 @@ class ProgressReporter:
         stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
         ranks: int = 1,
+        unit: str = "sample",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"progress mode {mode!r}: expected one of {MODES}")
@@ -54,6 +60,7 @@ class ProgressReporter:
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.ranks = ranks
+        self.unit = unit
         self.done = 0
         self.bytes_done = 0
         self._lock = threading.Lock()
@@ -87,7 +94,8 @@ class ProgressReporter:
         s = self.snapshot()
         eta = _clock_text(s["eta_s"]) if s["eta_s"] is not None else "?"
         return (
-            f"{self.done}/{self.total_samples} samples, {s['samples_per_s']:.2f} samples/s, "
+            f"{self.done}/{plural(self.total_samples, self.unit)}, "
+            f"{s['samples_per_s']:.2f} {self.unit}s/s, "
             f"{s['gb_per_s']:.3f} GB/s, ETA {eta}"
         )
 
@@ -159,8 +167,8 @@ class ProgressReporter:
                 s = self.snapshot()
                 where = f" on {self.ranks} ranks" if self.ranks > 1 else ""
                 self._write(
-                    f"wxstats: {self.done} samples ({self.bytes_done / 1e9:.3f} GB) in "
-                    f"{s['elapsed_s']:.1f} s{where}: {s['samples_per_s']:.2f} samples/s, "
+                    f"wxstats: {plural(self.done, self.unit)} ({self.bytes_done / 1e9:.3f} GB) "
+                    f"in {s['elapsed_s']:.1f} s{where}: {s['samples_per_s']:.2f} {self.unit}s/s, "
                     f"{s['gb_per_s']:.3f} GB/s"
                 )
 

@@ -11,7 +11,6 @@ two samples' merges, when the accumulator matches the samples recorded).
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import sys
 import threading
@@ -24,30 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import Interrupted
 from wxstats.runtime.checkpoint import Checkpoint
+from wxstats.runtime.identity import run_identity
 from wxstats.runtime.job import Solo, World
-from wxstats.sources.base import Source, sample_sizes
-
-
-def fingerprint(source: Source, skipna: bool) -> dict[str, Any]:
-    """What a checkpoint of ``source`` is of: the data's identity, and every
-    option that changes the sums or which samples there are (features, steps,
-    splits, block sizes through the list of sample sizes, NaN handling, the
-    version of the code that computed the per-sample sums)."""
-    sizes = np.array(sample_sizes(source), dtype=np.int64)
-    return {
-        "identity": source.identity(),
-        "options": {
-            "wxstats_version": __version__,
-            "skipna": bool(skipna),
-            "features": {s.name: list(s.features) for s in source.streams},
-            "diff_steps": {s.name: list(s.diff_steps) for s in source.streams},
-            "samples": [len(source), hashlib.sha256(sizes.tobytes()).hexdigest()[:16]],
-        },
-    }
+from wxstats.sources.base import Source
 
 
 def resume_hint(directory: str | Path) -> str:
@@ -78,7 +59,8 @@ class Resumable:
         self.clock = clock
         self.done_before = 0
         self.references: str | None = None
-        """The shift/scale references when a state gives them (``--reference-state``)."""
+        """The digest of the shift/scale references when a state gives them
+        (``--reference-state``, ``update``): part of what the sums are."""
         self.started = False  # the folder holds a checkpoint of this run
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
@@ -91,12 +73,6 @@ class Resumable:
         """Held while a sample is merged and recorded: outside it, the accumulator
         holds exactly the samples recorded, and may be saved from another thread."""
 
-    def _fingerprint(self, source: Source, skipna: bool) -> dict[str, Any]:
-        out = fingerprint(source, skipna)
-        if self.references is not None:  # taken from a state: part of what the sums are
-            out["options"]["references"] = self.references
-        return out
-
     def start(
         self, source: Source, *, skipna: bool, world: World | None = None
     ) -> tuple[list[int], RunMoments | None]:
@@ -107,7 +83,8 @@ class Resumable:
         rank = world.rank
         # only rank 0 checks the manifest: the others need not stat every chunk
         self._checkpoint = Checkpoint(
-            self.directory, self._fingerprint(source, skipna) if rank == 0 else {}
+            self.directory,
+            run_identity(source, skipna, self.references) if rank == 0 else {},
         )
         carried: RunMoments | None = None
         payload = b""

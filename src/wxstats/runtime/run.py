@@ -15,14 +15,16 @@ from __future__ import annotations
 import getpass
 import os
 import platform
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,13 +33,15 @@ from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.core.machine import end_of_start_up
 from wxstats.core.stats import Stats
+from wxstats.io.atomic import Prepared
 from wxstats.runtime import preload
 from wxstats.runtime.engine import accumulate, empty_accumulator, references
 from wxstats.runtime.grow import Growth
+from wxstats.runtime.identity import run_identity
 from wxstats.runtime.job import ProgressSettings, Solo, World
 from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.outputs import check_outputs, open_source, write_outputs
+from wxstats.runtime.outputs import open_source, prepare_outputs, write_outputs
 from wxstats.runtime.resumable import Resumable, resume_hint
 from wxstats.sources.base import Source, sample_sizes
 
@@ -172,6 +176,52 @@ def _say(text: str) -> None:
     print(f"wxstats: {text}", file=sys.stderr, flush=True)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def outputs_final() -> None:
+    """From the first rename of the outputs on, SIGINT and SIGTERM are ignored
+    for the rest of the process: a set is never left half renamed by them, and
+    a run whose outputs are in place ends as the success it is (status 0; a
+    launcher reads it) instead of saying that nothing was written. The caller
+    of a command run in its own process (``wxstats.cli.main``) restores them."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _discard_on_sigterm(prepared: Prepared) -> Callable[[], None]:
+    """SIGTERM ends a process at once (a launcher stopping its ranks, a scheduler):
+    first remove the outputs prepared for a run that will never finish, then end
+    as before. Returns what puts the previous handler back (unless the outputs'
+    commit has replaced it: :func:`outputs_final`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def discard_then_stop(signum: int, frame: Any) -> None:
+        prepared.discard()
+        signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, discard_then_stop)
+
+    def release() -> None:
+        if signal.getsignal(signal.SIGTERM) is discard_then_stop:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+    return release
+
+
+def _succeed(world: World, written: list[Path]) -> None:
+    """Tell the other ranks; a failure now (a rank lost) cannot undo the outputs."""
+    try:
+        world.succeed()
+    except Exception as exc:  # noqa: BLE001 - said, and the run stays a success
+        _say(f"warning: {world.label}{exc}; after the outputs were written, complete: "
+             + ", ".join(map(str, written)))  # fmt: skip
+
+
 def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     """``wxstats compute`` on this process of ``world`` (see module docstring).
 
@@ -181,8 +231,9 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     try:
         checkpoint = resumable(options)
         growth = Growth.of(options)
-        if checkpoint is not None and growth is not None:
-            checkpoint.references = growth.reference_key()
+        refs_key = growth.reference_key() if growth is not None else None
+        if checkpoint is not None:
+            checkpoint.references = refs_key
     except WxstatsError as exc:
         _say(f"error: {exc}")
         return Outcome(2)
@@ -195,16 +246,20 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     label = world.label
     outcome = Outcome(1)
     interrupted = False
+    prepared = None
+    release: Callable[[], None] = lambda: None  # noqa: E731
     try:
         source = open_source(options)
         if growth is not None:
             growth.check(source, options.skipna)
-        if world.rank == 0:
-            check_outputs(source, options, growth.paths() if growth else [])
+        if world.rank == 0:  # every output made (from a template) before any data is read
+            prepared = prepare_outputs(source, options, growth.paths() if growth else [])
+            release = _discard_on_sigterm(prepared)
         sizes = sample_sizes(source)
-        # what every rank must agree on (not mtimes: data staged per node is fine)
-        layout = [source.kind, [[s.name, list(s.features)] for s in source.streams], sizes]
-        world.begin(sizes, layout, progress)
+        # what every rank must agree on (not the files: data staged per node is fine)
+        many = world.world_size > 1
+        identity = run_identity(source, options.skipna, refs_key, "ranks") if many else {}
+        world.begin(sizes, identity, replace(progress, unit=source.work_unit))
         end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
@@ -225,9 +280,12 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
             growth=growth,
         )
         if world.rank == 0:
-            written = write_outputs(source, stats, options, growth.writers() if growth else {})
-            world.succeed()
+            extra = growth.writers() if growth else {}
+            written = write_outputs(
+                source, stats, options, extra, prepared=prepared, before_renames=outputs_final
+            )
             outcome = Outcome(0, stats, written)
+            _succeed(world, written)
         else:
             world.wait_result()
             outcome = Outcome(0)
@@ -253,6 +311,9 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         traceback.print_exc()
         _say(f"error: {label}unexpected {type(exc).__name__}")
     finally:
+        if prepared is not None:
+            prepared.discard()  # a failed run's temporary files and new folders
+            release()
         world.close(outcome.code)
     started = checkpoint is not None and checkpoint.started
     if outcome.code and started and world.rank == 0 and not interrupted:

@@ -28,19 +28,28 @@ from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
+from wxstats.runtime.identity import VERSION, first_difference, run_identity
 from wxstats.sources.base import Source
 
 
 @dataclass(frozen=True)
 class Coverage:
-    """The time steps a state covers: ``n`` equally spaced steps from ``first``
-    to ``last`` (datetimes as int64 nanoseconds); ``step`` is None for one step."""
+    """The time steps a state covers: ``n`` steps from ``first`` to ``last``
+    (datetimes as int64 nanoseconds), ``step`` apart (None for one step); with
+    gaps (``--allow-gap``), ``ranges`` lists the contiguous ranges as
+    ``[first, last, n]`` (None: one range), so a later merge may fill a gap."""
 
     dtype: str
     first: int | float
     last: int | float
     n: int
     step: int | float | None
+    ranges: list[list[int | float]] | None = None
+
+    @property
+    def spans(self) -> list[list[int | float]]:
+        """``[first, last, n]`` of each contiguous range, in time order."""
+        return self.ranges or [[self.first, self.last, self.n]]
 
     def label(self, value: int | float) -> str:
         from wxstats.sources.xarray.timeaxis import fmt_time
@@ -61,7 +70,7 @@ class Coverage:
         return f"{self.label(self.first)} to {self.label(self.last)} ({self.n} steps)"
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step")}
+        return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step", "ranges")}
 
     @staticmethod
     def values_of(times: np.ndarray) -> np.ndarray:
@@ -105,6 +114,7 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
         "features": list(spec.features),
         "units": list(spec.units),
         "diff_steps": list(spec.diff_steps),
+        "diff_span": {str(k): v for k, v in spec.diff_span.items()},
         "long_names": list(spec.long_names),
         "weighted": bool(spec.weighted),
         "layout": {
@@ -142,6 +152,7 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
         list(d["long_names"]),
         layout,
         bool(d.get("weighted", False)),
+        diff_span={int(k): int(v) for k, v in d.get("diff_span", {}).items()},
     )
 
 
@@ -167,6 +178,8 @@ class State:
     reference_origin: str
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
+    """Variable -> the first (last) ``min(reach, n)`` steps of each range of the
+    coverage, one after the other."""
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     """Variable name -> its grid-point weights (a weighted state, ``--weights``)."""
     datasets: list[list[str]] = field(default_factory=list)
@@ -214,6 +227,12 @@ class State:
         data = read_state_file(path)
         try:
             meta = data.meta
+            if meta["identity"].get("version") != VERSION:
+                raise WxstatsError(
+                    f"{path}: a state written by wxstats {data.wxstats_version or '< 0'}, "
+                    "whose identity lacks the grid's coordinate values; recompute it with this "
+                    "wxstats (its grid cannot be checked against new data)"
+                )
             specs = [_spec_of(s) for s in meta["streams"]]
             acc = RunMoments.create(specs)
             acc.unpack_like(data.sums, data.minimum, data.maximum)
@@ -254,28 +273,32 @@ class State:
 
 # -- what a source is, for a state -----------------------------------------------------
 def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
-    """The identity two states must share to be combined (see module docstring)."""
-    return {
-        "kind": source.kind,
-        "time_dim": source.time_dim,
-        "split": source.splits[0].name,
-        "variables": [
-            {
-                "name": v.name,
-                "features": list(v.features),
-                "units": list(v.units),
-                "has_time": bool(v.has_time),
-                "grid_dims": list(v.grid_dims),
-                "grid_points": int(v.n_grid),
-                "feature_dims": list(v.feature_dims),
-            }
-            for v in source.vars
-        ],
-        "diff_steps": list(source.diff_steps),
-        "skipna": bool(skipna),
-        "by": source.options.by,
-        "weights": source.weights_identity(),
-    }
+    """The identity two states must share to be combined: the ``data`` part of
+    the run's identity (:mod:`wxstats.runtime.identity`)."""
+    return run_identity(source, skipna, who="state")["data"]
+
+
+def state_of_run(
+    source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool, origin: str
+) -> State:
+    """The state of a finished run over ``source`` (reads its edge time steps)."""
+    split = source.splits[0]
+    coverage = coverage_of(source)
+    reach = max(source.diff_steps)
+    n = min(reach, coverage.n)
+    return State(
+        identity=identity_of(source, skipna),
+        specs=list(source.streams),
+        coverage=coverage,
+        acc=acc,
+        refs=refs,
+        reference_origin=origin,
+        head=source.steps(split.start, split.start + n),
+        tail=source.steps(split.stop - n, split.stop),
+        weights={v.name: v.weights for v in source.vars if v.weights is not None},
+        datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
+        attrs=dict(source.attrs),
+    )
 
 
 def check_source(source: Source, what: str) -> None:
@@ -301,57 +324,28 @@ def coverage_of(source: Source) -> Coverage:
     return Coverage.of_times(source.times[split.start : split.stop], source.path)
 
 
-def describe_mismatch(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """What differs between two identities, in words (empty: nothing)."""
-    out = []
-    for key, what in (
-        ("kind", "source kind"),
-        ("time_dim", "time dimension"),
-        ("split", "split name"),
-        ("diff_steps", "difference steps"),
-        ("skipna", "--skipna"),
-        ("by", "--by"),
-    ):
-        if a.get(key) != b.get(key):
-            out.append(f"{what} {a.get(key)!r} vs {b.get(key)!r}")
-    wa, wb = a.get("weights"), b.get("weights")
-    if (wa or {}).get("method") != (wb or {}).get("method"):
-        out.append(f"--weights {(wa or {}).get('method')!r} vs {(wb or {}).get('method')!r}")
-    elif wa != wb:
-        out.append(f"--weights {wa['method']}: other weights (another grid or latitudes)")
-    va = {v["name"]: v for v in a.get("variables", [])}
-    vb = {v["name"]: v for v in b.get("variables", [])}
-    if set(va) != set(vb):  # the order is the dataset's, and changes nothing
-        out.append(f"variables {', '.join(sorted(va))} vs {', '.join(sorted(vb))}")
-        return out
-    for name, x in va.items():
-        y = vb[name]
-        for key in ("features", "units", "feature_dims", "grid_dims", "grid_points", "has_time"):
-            if x.get(key) != y.get(key):
-                what = "grid" if key.startswith("grid") else key.replace("_", " ")
-                out.append(f"variable {name}: {what} {x.get(key)!r} vs {y.get(key)!r}")
-    return out
-
-
 def refuse_mismatch(
     first: State, other_identity: dict[str, Any], other_name: str, verb: str
 ) -> None:
-    changes = describe_mismatch(first.identity, other_identity)
-    if changes:
+    change = first_difference(other_identity, first.identity, other_name, first.name)
+    if change:
         raise WxstatsError(
-            f"{other_name}: cannot {verb} {first.name}: {'; '.join(changes)} "
+            f"{other_name}: cannot {verb} {first.name}: {change} "
             "(a state grows only with data of the same variables, units, grid and options)"
         )
 
 
-def refuse_other_references(first: State, other: State, verb: str) -> None:
+def refuse_other_references(earliest: State, other: State, verb: str) -> None:
+    """``other`` (a later range) must be summed with ``earliest``'s references,
+    as one run over both would be (``--reference-state``)."""
     same = all(
         np.array_equal(a.shift, b.shift) and np.array_equal(a.scale, b.scale)
-        for a, b in zip(reference_parts(first.refs), reference_parts(other.refs), strict=True)
+        for a, b in zip(reference_parts(earliest.refs), reference_parts(other.refs), strict=True)
     )
     if not same:
         raise WxstatsError(
-            f"{other.name}: cannot {verb} {first.name}: computed with other shift/scale "
-            f"references (from {other.reference_origin}, not {first.reference_origin}); "
-            f"compute it with --reference-state {first.name} to sum on the same scale"
+            f"{other.name}: cannot {verb} {earliest.name}: computed with other shift/scale "
+            f"references (from {other.reference_origin}, not {earliest.reference_origin}); "
+            f"recompute {other.name} with --reference-state {earliest.name} (the earliest "
+            "range's references, which a full run takes)"
         )

@@ -101,6 +101,7 @@ class AnemoiSource:
     """Blocks of dates of an anemoi dataset (see module docstring)."""
 
     kind = KIND
+    work_unit = "time block"
     exact_per_step = True
 
     def __init__(
@@ -185,6 +186,7 @@ class AnemoiSource:
             StreamSpec(
                 STREAM, self.variables, units, self.diff_steps, list(self.variables),
                 flat_layout("state", SPLIT, self.variables, units, list(self.variables)),
+                diff_span={k: k * self.step_seconds for k in self.diff_steps},
             )
         ]  # fmt: skip
         self.attrs = {
@@ -347,13 +349,20 @@ class AnemoiSource:
     def inputs(self) -> list[str]:
         return [self.path]
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`)."""
         where = os.path.realpath(self.path)
         return {
-            "kind": KIND,
-            "files": [[where, None, None]],
-            "arrays": array_fingerprints(where, ["data", "dates"]),
-            "window": [self.start, self.stop],
-            "variables": list(self.variables),
-            "diff_steps": list(self.diff_steps),
+            "data": {
+                "kind": KIND,
+                "features": list(self.variables),
+                "diff_steps": list(self.diff_steps),
+            },
+            "run": {"window": [self.start, self.stop]},
+            "files": {
+                "files": [[where, None, None]],
+                "arrays": array_fingerprints(where, ["data", "dates"]),
+            }
+            if files
+            else {},
         }

@@ -27,6 +27,8 @@ class Source(Protocol):
     """
 
     kind: str
+    work_unit: str
+    """What one sample is, in words for people (``sample``, ``time block``)."""
     streams: list[StreamSpec]
     attrs: dict[str, Any]
     exact_per_step: bool
@@ -55,8 +57,11 @@ class Source(Protocol):
         left to :meth:`read`; the engine calls it a few samples ahead)."""
         ...
 
-    def identity(self) -> dict[str, Any]:
-        """What the data is (files, sizes, times): to refuse a stale resume."""
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """What the data is, as parts of a run's identity (``data``: what changes
+        a sum whatever the time steps; ``run``: which steps or samples;
+        ``files``: where and when written, left out unless ``files``, as it may
+        stat every chunk): see :mod:`wxstats.runtime.identity`."""
         ...
 
     def inputs(self) -> list[str]:

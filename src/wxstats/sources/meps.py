@@ -12,6 +12,7 @@ once per member, unlike neural-lam's file listing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import warnings
@@ -64,6 +65,7 @@ class MepsSource:
     """Samples of one split of a neural-lam MEPS datastore (see module doc)."""
 
     kind = "npyfilesmeps"
+    work_unit = "sample"
     exact_per_step = False  # a sample is always read whole: it is the unit
 
     def __init__(
@@ -147,6 +149,7 @@ class MepsSource:
             StreamSpec(
                 "state", *state, steps, self.var_longnames,
                 flat_layout("state", split, *state, self.var_longnames),
+                diff_span={self.step_length: self.step_length * 3600},  # the key is hours
             ),
             StreamSpec(
                 MEPS_FLUX, *flux, (), [MEPS_FLUX], flat_layout("forcing", split, *flux, [MEPS_FLUX])
@@ -317,6 +320,7 @@ class MepsSource:
                 array=flux.reshape(t, n_grid, 1),
                 channels=np.zeros(1, dtype=np.int64),
                 value_range=(FLUX_FIRST_STEP, t),
+                origin=str(sample.flux_path),
             ),
         }
 
@@ -327,13 +331,29 @@ class MepsSource:
         paths = [self.config_path] + [p for s in self.samples for p in (s.path, s.flux_path)]
         return [str(p) for p in paths]
 
-    def identity(self) -> dict[str, Any]:
-        files = []
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`):
+        the variables, channels read, grid, step length and config file's
+        content; the samples' files by name and size; and their modification times."""
+        listing = []
         for sample in self.samples:
             for path in (sample.path, sample.flux_path):
                 stat = path.stat()
-                files.append([path.name, stat.st_size, stat.st_mtime_ns])
-        return {"kind": self.kind, "split": self.split, "files": files}
+                listing.append([path.name, stat.st_size, stat.st_mtime_ns])
+        return {
+            "data": {
+                "kind": self.kind,
+                "split": self.split,
+                "features": list(self.var_names),
+                "units": list(self.var_units),
+                "grid": list(self.grid_shape),
+                "channels": self.channels.tolist(),
+                "config": hashlib.sha256(self.config_path.read_bytes()).hexdigest()[:16],
+                "diff_steps": [self.step_length],
+            },
+            "run": {"period": self.period, "inputs": [f[:2] for f in listing]},
+            "files": {"files": listing} if files else {},
+        }
 
     # -- neural-lam specifics ---------------------------------------------
     @property

@@ -52,7 +52,9 @@ def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
         if nan:
             total = nan + (count or 0)
             add(f"{int(nan)} NaN values ({100 * nan / total:.3g} %), left out of the statistics")
-        if std is not None and (std == 0 or (lo is not None and lo == hi)):
+        if std is not None and not 0 <= std < math.inf:
+            add(f"std is {std:.6g}: not a standard deviation (NaN, infinite or negative)")
+        elif std is not None and (std == 0 or (lo is not None and lo == hi)):
             add("constant field (std 0, min == max): standardizing divides by zero")
         elif std is not None and mean is not None and std > 0:
             resolution = abs(mean) * FLOAT32_EPS / std
@@ -77,10 +79,14 @@ def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
                 )
         for step in sorted(stream.diff, key=str):
             ratio = stream.standardized_diff(step)[1]
-            if std is None or std == 0 or not math.isfinite(ratio[i]):
+            if std is None or not 0 < std < math.inf:
                 continue
-            tag = f"step {step}" if step is not None else "one step"
-            if ratio[i] == 0:
+            tag = stream.step_text(step) or "one step"
+            pairs = stream.diff[step].count
+            if not 0 <= ratio[i] < math.inf:
+                if pairs is None or pairs[i] > 0:  # no pairs: nothing to standardize
+                    add(f"diff_std/std over {tag} is {ratio[i]:.6g}: not a ratio of two std")
+            elif ratio[i] == 0:
                 add(f"never changes over {tag} (diff_std 0): a static field in the state?")
             elif ratio[i] > UNCORRELATED_RATIO:
                 add(

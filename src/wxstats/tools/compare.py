@@ -96,23 +96,52 @@ def _match(
     return [(i, i, names[i]) for i in range(len(a.features))]
 
 
+def _same_difference(a: StreamStats, ka: object, b: StreamStats, kb: object) -> bool:
+    """Whether step ``ka`` of A and ``kb`` of B are the same quantity: the same
+    time span when both sets know it (MEPS counts hours, zarr/netCDF steps), else
+    the same step."""
+    sa, sb = a.diff_span.get(ka), b.diff_span.get(kb)
+    return sa == sb if sa and sb else ka == kb
+
+
+def _pair_label(a: StreamStats, ka: object, b: StreamStats, kb: object) -> str:
+    """``diff 6h``: the span one set knows, else ``diff 3 steps``."""
+    return a.diff_label(ka) if a.diff_span.get(ka) or not b.diff_span.get(kb) else b.diff_label(kb)
+
+
+def _named(stream: StreamStats, step: object) -> str:
+    """``diff 6h``, or ``step 3`` for a set that does not know the span."""
+    if stream.diff_span.get(step):
+        return stream.diff_label(step)
+    return f"step {step}" if step is not None else "a step the file does not name"
+
+
 def _steps(
     category: str, a: StreamStats, b: StreamStats, result: Comparison
 ) -> list[tuple[object, object, str]]:
-    common = [k for k in a.diff if k in b.diff]
-    if common:
-        return [(k, k, _tag(k)) for k in common]
+    """The difference steps of A and B that are the same quantity (see
+    :func:`_same_difference`), with the label of their rows."""
+    pairs, taken = [], set()
+    for ka in sorted(a.diff, key=lambda k: (k is None, k or 0)):
+        same = [k for k in b.diff if k not in taken and _same_difference(a, ka, b, k)]
+        if same:
+            taken.add(same[0])
+            pairs.append((ka, same[0], _pair_label(a, ka, b, same[0])))
+    if pairs:
+        return pairs
     if len(a.diff) == 1 and len(b.diff) == 1:
         ka, kb = next(iter(a.diff)), next(iter(b.diff))
-        result.notes.append(
-            f"{category}: comparing difference statistics of step {ka} (A) with step {kb} (B), "
-            "the only ones each set has"
-        )
-        return [(ka, kb, f"diff{ka if ka is not None else kb}")]
+        if not (a.diff_span.get(ka) and b.diff_span.get(kb)):  # a set without spans
+            result.notes.append(
+                f"{category}: comparing difference statistics of {_named(a, ka)} (A) with "
+                f"{_named(b, kb)} (B), the only ones each set has"
+            )
+            return [(ka, kb, _pair_label(a, ka, b, kb))]
     if a.diff or b.diff:
         result.notes.append(
-            f"{category}: no common difference step (A: {sorted(a.diff, key=str)}, "
-            f"B: {sorted(b.diff, key=str)})"
+            f"{category}: no common difference span (A: "
+            f"{', '.join(_named(a, k) for k in sorted(a.diff, key=str)) or 'none'}, B: "
+            f"{', '.join(_named(b, k) for k in sorted(b.diff, key=str)) or 'none'})"
         )
     return []
 

@@ -9,7 +9,8 @@ always give the same bytes (seeded per sample).
 The command never destroys what a user has: a folder that is not empty is
 written into only with ``--overwrite``, except one that already holds this very
 example (same spec, recorded in a marker file written last), which is reused
-as it is.
+as it is, with the statistics an earlier run computed from it
+(:func:`earlier_statistics`).
 """
 
 from __future__ import annotations
@@ -218,3 +219,18 @@ def example_in(root: str | Path, spec: ExampleSpec, overwrite: bool) -> tuple[Pa
             "or pass --overwrite to write the example into it anyway"
         )
     return write_example(root, spec), False
+
+
+def earlier_statistics(config: Path) -> Path | None:
+    """The statistics an earlier ``wxstats example`` wrote beside the example's
+    config, when its whole set is there (a rerun shows them rather than
+    refusing to replace them, or computing the same bytes again)."""
+    from wxstats.io.atomic import interrupted_write
+    from wxstats.io.formats.neurallam import NEURALLAM_FILES
+    from wxstats.io.read import NETCDF_NAME
+
+    static = config.parent / "static"
+    names = (*NEURALLAM_FILES, NETCDF_NAME)
+    if interrupted_write(static) is None and all((static / n).is_file() for n in names):
+        return static / NETCDF_NAME
+    return None

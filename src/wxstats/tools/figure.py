@@ -49,7 +49,8 @@ def collect_rows(groups: dict[str, StreamStats], flags: dict[tuple[str, str], li
     labels, flagged = [], []
     z_min, z_max, spread, nan_pct = [], [], [], []
     steps = sorted({k for s in groups.values() for k in s.diff}, key=str)
-    ratios: dict[str, list[float]] = {f"step {k}" if k is not None else "step": [] for k in steps}
+    named = {k: next(s.step_text(k) for s in groups.values() if k in s.diff) for k in steps}
+    ratios: dict[str, list[float]] = {named[k] or "step": [] for k in steps}
     shown_names = [n if c == "state" else f"{c}:{n}" for c, s in groups.items() for n in s.features]
     units = [u for s in groups.values() for u in s.units]
     widths = (max(len(n) for n in shown_names), max([len(u) for u in units] + [1]))

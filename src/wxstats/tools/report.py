@@ -24,52 +24,83 @@ def _g(value: float) -> str:
     return f"{value:.6g}"
 
 
+GROUP_DIMS = ("month", "hour")
+"""Feature dimensions of a climatology (``--by``): shown as groups, not levels."""
+
+
 def format_table(stats: Stats) -> str:
-    """A table of the state (and forcing) statistics, as plain text; without a
-    "state" stream (zarr/netCDF runs), one table per stream."""
+    """One table per split with every variable of it (state, forcing and static
+    streams, one row per feature, a climatology's group said in words), as plain
+    text wide enough that no number or header is cut."""
     from rich.console import Console
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, force_terminal=False, color_system=None)
-    if "state" not in stats.streams:
-        for name, stream in stats.streams.items():
-            console.print(_rich_table(stream, f"wxstats: {name}"))
-        return buffer.getvalue().rstrip()
-    console.print(_rich_table(stats.state, f"wxstats: {stats.source_kind} state statistics"))
-    for stream in stats.forcing.values():
-        for f, feature in enumerate(stream.features):
-            console.print(
-                f"forcing {feature}: mean {_g(stream.mean[f])} std {_g(stream.std[f])} "
-                f"min {_g(stream.minimum[f])} max {_g(stream.maximum[f])} "
-                f"count {int(stream.count[f])}"
+    console = Console(file=buffer, width=100_000, force_terminal=False, color_system=None)
+    splits = stats.splits() or [None]
+    for split in splits:
+        streams = [s for s in stats.streams.values() if s.split in (split, None)]
+        where = f", split {split}" if split else ""
+        console.print(_rich_table(streams, f"wxstats: {stats.source_kind}{where}"))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).rstrip()
+
+
+def feature_labels(stream: StreamStats) -> list[str]:
+    """Row labels of a stream's features: the feature names, or for a climatology
+    the variable and level with the group in words (``z_500 (month 1)``)."""
+    layout = stream.layout
+    if layout is None or not set(layout.feature_dims) & set(GROUP_DIMS):
+        return list(stream.features)
+    labels = []
+    for flat in range(len(stream.features)):
+        index = np.unravel_index(flat, layout.feature_shape)
+        name, group = [layout.prefix], []
+        for dim, i in zip(layout.feature_dims, index, strict=True):
+            value = np.asarray(layout.coords[dim][1])[i] if dim in layout.coords else i
+            (group if dim in GROUP_DIMS else name).append(
+                f"{dim} {value}" if dim in GROUP_DIMS else str(value)
             )
-    return buffer.getvalue().rstrip()
+        labels.append("_".join(name) + f" ({', '.join(group)})")
+    return labels
 
 
-def _rich_table(state, title: str):
+def _rich_table(streams: list[StreamStats], title: str):
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for column in ("variable", "units", "mean", "std", "min", "max"):
-        table.add_column(column, justify="left" if column in ("variable", "units") else "right")
-    steps = sorted(state.diff)
-    for k in steps:
-        table.add_column(f"diff{k} mean", justify="right")
-        table.add_column(f"diff{k} std", justify="right")
-        table.add_column(f"diff{k} std/std", justify="right")
-    for f, name in enumerate(state.features):
-        row = [
-            name,
-            state.units[f],
-            _g(state.mean[f]),
-            _g(state.std[f]),
-            _g(state.minimum[f]),
-            _g(state.maximum[f]),
-        ]
-        for k in steps:
-            _, std_ratio = state.standardized_diff(k)
-            row += [_g(state.diff[k].mean[f]), _g(state.diff[k].std[f]), _g(std_ratio[f])]
-        table.add_row(*row)
+    values = [
+        op for op in ("mean", "std", "min", "max") if any(s.op(op) is not None for s in streams)
+    ]
+    for column in ("variable", "units", *values):
+        table.add_column(column, justify="left" if column in ("variable", "units") else "right",
+                         no_wrap=True)  # fmt: skip
+    labels = {}  # one set of columns per time span (or step), in order
+    for stream in streams:
+        for k in sorted(stream.diff, key=lambda k: (k is None, k or 0)):
+            labels.setdefault(stream.diff_label(k), None)
+    for label in labels:
+        for what in ("mean", "std", "std/std"):
+            table.add_column(f"{label} {what}", justify="right", no_wrap=True)
+    empty = 0
+    for stream in streams:
+        by_label = {stream.diff_label(k): k for k in stream.diff}
+        ratios = {k: stream.standardized_diff(k)[1] for k in stream.diff}
+        for f, name in enumerate(feature_labels(stream)):
+            if stream.count is not None and stream.count[f] == 0:
+                empty += 1  # a climatology's group without data: NaN throughout
+                continue
+            row = [name, stream.units[f]]
+            row += [_g(stream.op(op)[f]) if stream.op(op) is not None else "" for op in values]
+            for label in labels:
+                k = by_label.get(label, ...)
+                if k is ...:
+                    row += ["", "", ""]
+                    continue
+                d = stream.diff[k]
+                row += [_g(d.mean[f]), _g(d.std[f]), _g(ratios[k][f])]
+            table.add_row(*row)
+    if empty:
+        table.caption = f"{empty} rows without data left out (count 0)"
+        table.caption_justify = "left"
     return table
 
 
@@ -110,8 +141,8 @@ def _html_stream_table(
     ops = [op for op in shown if stream.op(op) is not None]
     head = ["variable", "units", *ops]
     for k in steps:
-        tag = f"diff{k if k is not None else ''}"
-        head += [f"{tag} mean", f"{tag} std", f"{tag} std/std"]
+        label = stream.diff_label(k)
+        head += [f"{label} mean", f"{label} std", f"{label} std/std"]
     head.append("warnings")
     rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     diffs = {

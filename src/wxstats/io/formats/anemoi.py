@@ -279,6 +279,7 @@ def read_anemoi_stats(path: str | Path) -> Stats:
         raise InputError(f"{path}: {len(names)} variables but {n} values in mean")
     step = span_seconds(attrs.get("frequency"))
     diff: dict[int | None, DiffStats] = {}
+    spans: dict[int | None, int] = {}
     for key in sorted(arrays):
         if not (key.startswith("statistics_tendencies_") and key.endswith("_mean")):
             continue
@@ -297,6 +298,7 @@ def read_anemoi_stats(path: str | Path) -> Stats:
             )
         except Exception as exc:  # noqa: BLE001 - a partial set of tendency arrays
             raise InputError(f"{path}: tendency {delta}: {exc}") from None
+        spans[k] = seconds  # anemoi names each tendency by its span
     units = [""] * n
     stream = StreamStats(
         name="data",
@@ -307,6 +309,7 @@ def read_anemoi_stats(path: str | Path) -> Stats:
         minimum=stats["minimum"],
         maximum=stats["maximum"],
         diff=diff,
+        diff_span=spans,
         long_names=list(names),
         layout=flat_layout("state", "train", names, units, list(names)),
         named="variables" in attrs,

@@ -22,6 +22,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -53,7 +54,9 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
     """Writers of the GraphCast-style files of ``split`` (see module docstring)."""
     per_file: dict[str, dict[str, tuple]] = {name: {} for name in GRAPHCAST_FILES}
     coords: dict[str, tuple] = {}
+    span = None
     for stream in _streams(stats, split):
+        span = span or stream.diff_span_name(step)
         name = stream.layout.prefix
         coords.update(stream.layout.coords)
         for op, file in FILES.items():
@@ -68,6 +71,8 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
         "diffs_stddev: std "
         f"of x[t+{step}] - x[t] per level",
     }
+    if span:  # the time span of diff_step (6h): what the differences are
+        attrs["diff_span"] = span
     if "statistics_period" in stats.attrs:
         attrs["statistics_period"] = stats.attrs["statistics_period"]
 
@@ -134,6 +139,9 @@ def read_graphcast(folder: str | Path) -> Stats:
         std = flat("diff")
         stream.diff[step] = DiffStats(mean=np.full_like(std, np.nan), std=std)
         stream.missing.add(f"diff{step} mean")  # the files hold no difference mean
+        span = span_seconds(loaded["diff"].attrs.get("diff_span", ""))
+        if span:  # files written before spans were recorded: unknown
+            stream.diff_span[step] = span
     return Stats(
         source_kind="graphcast",
         streams={"state": stream},

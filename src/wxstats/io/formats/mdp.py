@@ -9,12 +9,16 @@ scale), reduced over every dimension but ``{category}_feature``.
 
 A variable the store already has keeps its dtype, shape, chunks and
 attributes; only its values change (float64 results rounded to its dtype,
-float32 in most stores: what neural-lam converts to anyway). Each variable's
+float32 in most stores: what neural-lam converts to anyway). A dtype that
+cannot hold them is refused (:mod:`.stored`): an integer before any work, a
+value that overflows it before anything is written. Each variable's
 chunks are written into a temporary copy first, then moved over the old ones
 with ``os.replace`` (atomic per file; these small arrays have one chunk); the
 old chunk files are kept aside until every variable is in place and put back
-if anything fails. The metadata does not change, so a reader never sees new
-metadata with old data.
+if anything fails. Each variable written records the run (:func:`mdp_attrs`:
+its ``--period``, the time steps of its split), in its attributes, replaced
+with its chunks; the rest of its metadata (dtype, shape, chunks) does not
+change, so a reader never decodes new data with other metadata.
 
 Variables the store lacks are added the same way: written complete into a
 staging folder inside the store (the same filesystem), then each array
@@ -34,15 +38,21 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
+from wxstats.io.formats.stored import check_float_dtype, check_min_std
 from wxstats.io.zarrstore import all_or_nothing, fsync_tree
 
 DIFF_STEP = 1
+DIVISORS = ("std", "diff_std")
+"""The ops neural-lam divides by (floored by ``--min-std``)."""
 _METADATA = {".zarray", ".zattrs", ".zgroup", ".zmetadata", "zarr.json"}
+_ATTRIBUTES = (".zattrs", "zarr.json")
+"""An array's files holding its attributes (zarr 2; zarr 3, with the rest of its metadata)."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,39 @@ def _dims(array) -> tuple[str, ...]:
     return tuple(array.metadata.dimension_names or ())
 
 
-def check_store(store: str | Path, planned: dict[str, Planned]) -> None:
-    """Refuse, before any work, a store that cannot take the planned variables."""
+def _new_dtype(root: Path, category: str) -> np.dtype:
+    """The dtype of a variable the store lacks: its category's data dtype if that
+    is a float, at least float32 (float16 holds at most 65504 and stores a std
+    below 6e-5 as a subnormal), else float64."""
+    import zarr
+
+    try:
+        data_dtype = np.dtype(zarr.open_array(str(root / category), mode="r").dtype)
+    except Exception:  # no such array: keep float64
+        return np.dtype(np.float64)
+    if data_dtype.kind != "f":
+        return np.dtype(np.float64)
+    return np.promote_types(data_dtype, np.float32)
+
+
+def store_dtypes(store: str | Path, planned: dict[str, Planned]) -> dict[str, np.dtype]:
+    """The dtype each planned variable is stored in: an existing variable keeps its
+    own, a new one gets :func:`_new_dtype`."""
+    root = Path(store)
+    group = _group(root)
+    arrays = set(group.array_keys())
+    return {
+        name: np.dtype(group[name].dtype) if name in arrays else _new_dtype(root, p.category)
+        for name, p in planned.items()
+    }
+
+
+def check_store(
+    store: str | Path, planned: dict[str, Planned], min_std: float | None = None
+) -> None:
+    """Refuse, before any work, a store that cannot take the planned variables:
+    other dimensions, a dtype that cannot hold statistics, a ``min_std`` that its
+    std variables would store as 0 (:mod:`.stored`)."""
     if "://" in str(store):
         raise InputError(f"{store}: --write-into needs a local zarr store, not a URL")
     root = Path(store)
@@ -135,14 +176,20 @@ def check_store(store: str | Path, planned: dict[str, Planned]) -> None:
                 f"wxstats writes statistics over every dimension but {p.dim} (shape "
                 f"({p.size},)); remove that variable or leave out --write-into"
             )
+    for name, dtype in store_dtypes(root, planned).items():
+        check_float_dtype(dtype, f"{store}: {name}")
+        if planned[name].op in DIVISORS:
+            check_min_std(min_std, dtype, f"{store}: {name}")
 
 
-def _chunk_files(folder: Path) -> set[str]:
-    return {
+def _replaced_files(folder: Path) -> set[str]:
+    """An array's files that writing it replaces: its chunks and its attributes."""
+    chunks = {
         str(path.relative_to(folder))
         for path in folder.rglob("*")
         if path.is_file() and path.name not in _METADATA
     }
+    return chunks | {name for name in _ATTRIBUTES if (folder / name).is_file()}
 
 
 def _metadata_file(root: Path, zarr_format: int) -> Path | None:
@@ -175,32 +222,48 @@ def _consolidated_text(root: Path, zarr_format: int, arrays: dict[str, Path]) ->
 
 
 def _stage_new(
-    stage: Path, root: Path, zarr_format: int, values: dict[str, np.ndarray], planned
+    stage: Path,
+    root: Path,
+    zarr_format: int,
+    values: dict[str, np.ndarray],
+    planned: dict[str, Planned],
+    attrs: dict[str, Any],
 ) -> None:
     """Write the variables the store lacks, complete, into a store of their own
     at ``stage`` (in the store's folder: the same filesystem, so moving them in
     is a rename). Each gets the dtype of its category's data if that is a float."""
     import xarray as xr
-    import zarr
 
     data_vars = {}
     for name, array in values.items():
         p = planned[name]
-        dtype = np.dtype(np.float64)
-        try:
-            data_dtype = zarr.open_array(str(root / p.category), mode="r").dtype
-            if np.dtype(data_dtype).kind == "f":
-                dtype = np.dtype(data_dtype)
-        except Exception:  # no such array: keep float64
-            pass
-        data_vars[name] = ((p.dim,), array.astype(dtype))
+        data_vars[name] = ((p.dim,), array.astype(_new_dtype(root, p.category)), attrs)
     xr.Dataset(data_vars).to_zarr(stage, mode="w-", zarr_format=zarr_format, consolidated=False)
 
 
+def mdp_attrs(stats: Stats) -> dict[str, Any]:
+    """What each variable written records of the run: its period (the store's
+    splits still name the whole interval), the time steps of each split, NaN
+    handling, who wrote it. Every key is set (a rerun without ``--period``
+    replaces an earlier run's period)."""
+    return {
+        "statistics_period": stats.attrs.get(
+            "statistics_period", "none (every time step of the split)"
+        ),
+        "statistics_splits": stats.attrs.get("splits", ""),
+        "statistics_skipna": int(stats.attrs.get("skipna", 0)),
+        "statistics_written_by": f"wxstats {stats.run.get('wxstats_version', '')}".strip(),
+    }
+
+
 def write_into_store(
-    store: str | Path, values: dict[str, np.ndarray], planned: dict[str, Planned]
+    store: str | Path,
+    values: dict[str, np.ndarray],
+    planned: dict[str, Planned],
+    attrs: dict[str, Any] | None = None,
 ) -> list[str]:
-    """Replace (or add) the variables in ``store``: all or nothing (see module docstring)."""
+    """Replace (or add) the variables in ``store``, each with ``attrs`` set: all
+    or nothing (see module docstring)."""
     import zarr
 
     root = Path(store)
@@ -224,16 +287,18 @@ def write_into_store(
             shutil.copytree(root / name, tmp / name)
             array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
             array[...] = values[name].astype(array.dtype)
+            array.attrs.update(attrs or {})
         if missing:
-            _stage_new(stage, root, zarr_format, {n: values[n] for n in missing}, planned)
+            new = {n: values[n] for n in missing}
+            _stage_new(stage, root, zarr_format, new, planned, attrs or {})
         meta_file = _metadata_file(root, zarr_format)
-        folders = {n: root / n for n in existing} | {n: stage / n for n in missing}
+        folders = {n: tmp / n for n in existing} | {n: stage / n for n in missing}
         meta_text = _consolidated_text(root, zarr_format, folders)
         if meta_text is not None and meta_file is not None:
             (tmp / "metadata").write_text(meta_text)
         backup = tmp / ".old"
         for name in existing:
-            for rel in sorted(_chunk_files(root / name)):
+            for rel in sorted(_replaced_files(root / name)):
                 saved = backup / name / rel
                 saved.parent.mkdir(parents=True, exist_ok=True)
                 try:
@@ -243,7 +308,7 @@ def write_into_store(
         fsync_tree(tmp)
         # 2. renames only, each undone if a later one fails
         for name in existing:
-            new, old = _chunk_files(tmp / name), _chunk_files(root / name)
+            new, old = _replaced_files(tmp / name), _replaced_files(root / name)
             for rel in sorted(new):
                 target = root / name / rel
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -27,16 +27,31 @@ def _values(values: Any) -> np.ndarray:
     return array.astype(native, copy=False).view(native)
 
 
+def _set_attrs(target: Any, where: str, attrs: dict[str, Any]) -> None:
+    """Attributes, one refused by netCDF named with what it refused."""
+    for key, value in attrs.items():
+        try:
+            target.setncattr(key, value)
+        except (AttributeError, TypeError, ValueError, RuntimeError) as exc:
+            refused = f"{where} attribute {key} = {value!r}: netCDF refuses it ({exc})"
+            raise ValueError(refused) from None
+
+
 def _create(nc: Any, name: str, dims: tuple[str, ...], values: Any, attrs: dict) -> None:
+    """One variable; a ``_FillValue`` among ``attrs`` (a coordinate copied from a
+    file xarray wrote) goes where netCDF takes it, to ``createVariable``."""
     array = _values(values)
+    attrs = dict(attrs)
+    fill = attrs.pop("_FillValue", None)
     if array.dtype == object:
-        var = nc.createVariable(name, str, dims)
+        var = nc.createVariable(name, str, dims)  # a string's fill is netCDF's own
+    elif fill is not None:
+        var = nc.createVariable(name, array.dtype, dims, fill_value=array.dtype.type(fill))
     elif array.dtype.kind == "f":
         var = nc.createVariable(name, array.dtype, dims, fill_value=array.dtype.type(np.nan))
     else:
         var = nc.createVariable(name, array.dtype, dims, fill_value=False)
-    for key, value in attrs.items():
-        var.setncattr(key, value)
+    _set_attrs(var, f"variable {name}", attrs)
     if array.ndim == 0:
         var.assignValue(array)
     elif array.size:
@@ -72,5 +87,4 @@ def write_netcdf(path: Path, data_vars: Variables, coords: dict, attrs: dict[str
             _create(nc, name, tuple(dims), values, {**vattrs, **more})
         unused = [c for c in extra if c not in used]
         all_attrs = {**attrs, **({"coordinates": " ".join(sorted(unused))} if unused else {})}
-        for key, value in all_attrs.items():
-            nc.setncattr(key, value)
+        _set_attrs(nc, "global", all_attrs)

@@ -30,6 +30,7 @@ from wxstats.core.stats import (
     StreamStats,
     weighting,
 )
+from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -49,10 +50,29 @@ _NAME = re.compile(
 
 
 # -- writing ------------------------------------------------------------------------
-def _diff_dim(stream: StreamStats, prefix: str, all_steps: set) -> str:
+def _diff_dim(stream: StreamStats, prefix: str, all_steps: set, coords: dict) -> str:
     """``diff_step``, or a dimension of the stream's own where a short split
-    lacks some steps (absent, rather than NaN-filled by alignment)."""
-    return "diff_step" if set(stream.diff) == all_steps else f"{prefix}diff_step"
+    lacks some steps (absent, rather than NaN-filled by alignment) or where its
+    steps span other times (a split on another time step)."""
+    shared = coords.get(SPAN_COORD)
+    if set(stream.diff) != all_steps or (shared and list(shared[1]) != _spans(stream)):
+        return f"{prefix}diff_step"
+    return "diff_step"
+
+
+SPAN_COORD = "diff_span"
+"""The time span of each difference step (``6h``), a string coordinate along
+``diff_step`` (``{prefix}diff_span`` along ``{prefix}diff_step``); absent in
+files of a numeric time axis and in files written before spans were recorded."""
+
+
+def _spans(stream: StreamStats) -> list[str]:
+    """The span name of each step of ``stream`` (``""``: not known)."""
+    return [stream.diff_span_name(k) or "" for k in sorted(stream.diff)]
+
+
+def _span_coord(diff_dim: str) -> str:
+    return diff_dim[: -len("diff_step")] + SPAN_COORD
 
 
 def _variable(values: Any, layout: StreamLayout, extra_dims: tuple[str, ...], attrs: dict):
@@ -77,8 +97,12 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
             data_vars[prefix + op] = _variable(stream.op(op), lay, (), attrs)
         if stream.diff:
             steps = sorted(stream.diff)
-            diff_dim = _diff_dim(stream, prefix, all_steps)
+            diff_dim = _diff_dim(stream, prefix, all_steps, coords)
             coords[diff_dim] = (diff_dim, np.array(steps, dtype=np.int64))
+            if any(_spans(stream)):
+                attrs = {"long_name": "time span of each difference step"}
+                spans = np.asarray(_spans(stream), dtype=object)
+                coords[_span_coord(diff_dim)] = ((diff_dim,), spans, attrs)
             std_scale = [stream.standardized_diff(k) for k in steps]
             for op, values in (
                 ("diff_count", [stream.diff[k].count for k in steps]),
@@ -220,12 +244,14 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         raise InputError(f"{prefix}__{split}: the file holds no mean and std")
     diff_vars = {op[5:]: v for op, v in ops.items() if op.startswith("diff_")}
     diff: dict[int | None, DiffStats] = {}
+    spans: dict[int | None, int] = {}
     derived: set[str] = set()
     if diff_vars:
         some = ds[next(iter(diff_vars.values()))]
         diff_dims = [d for d in some.dims if d not in dims]
         if diff_dims:
             steps = [int(s) for s in ds[diff_dims[0]].values]
+            spans = _read_spans(ds, diff_dims[0], steps)
             rows = {op: ds[v].transpose(diff_dims[0], ...).values for op, v in diff_vars.items()}
             per_step = [
                 {op: np.asarray(a[i]).reshape(-1) for op, a in rows.items()}
@@ -234,6 +260,8 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         else:
             steps = [step]
             per_step = [{op: flat(v) for op, v in diff_vars.items()}]
+            if step is not None:  # an mllam-data-prep store: one time step of `step` hours
+                spans = {step: step * 3600}
         std = values["std"]
         for k, got in zip(steps, per_step, strict=True):
             tag = f"diff{k if k is not None else ''}"
@@ -282,7 +310,24 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         layout=layout,
         named=named,
         derived=derived,
+        diff_span={k: v for k, v in spans.items() if k in diff},
     )
+
+
+def _read_spans(ds: Any, diff_dim: str, steps: list[int]) -> dict[int | None, int]:
+    """The seconds of each step's span (``diff_span``; none in older files)."""
+    name = _span_coord(diff_dim)
+    if name not in ds.variables or ds[name].dims != (diff_dim,):
+        return {}
+    spans = {}
+    for k, text in zip(steps, ds[name].values, strict=True):
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        seconds = span_seconds(text)
+        if text and seconds is None:
+            raise InputError(f"{name} {text!r} is not a time span such as 6h")
+        if seconds:
+            spans[k] = seconds
+    return spans
 
 
 def read_stats_file(path: Path, split: str | None = None, engine: str | None = None) -> Stats:

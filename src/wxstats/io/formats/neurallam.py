@@ -20,6 +20,7 @@ import numpy as np
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import MEPS_FLUX, DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
 
 DEFAULT_LEVEL_WEIGHTS: dict[str, float] = {
     "2": 1.0,
@@ -102,23 +103,6 @@ def _npy_writer(values: np.ndarray) -> Writer:
     return write
 
 
-def divisor_std(std: np.ndarray, names: list[str], min_std: float | None, where: str) -> np.ndarray:
-    """A std that a trainer divides by: ``max(std, min_std)``; without a floor a
-    std of 0 (a constant field) is refused, naming the variables, since neural-lam
-    would standardize by it into infinities and NaN without a word."""
-    std = np.asarray(std, dtype=np.float64)
-    if min_std is not None:
-        return np.where(std < min_std, min_std, std)
-    zero = [name for name, value in zip(names, std, strict=True) if value == 0]
-    if zero:
-        raise WxstatsError(
-            f"{where}: the std of {', '.join(zero)} is 0 (constant over the split), and "
-            "neural-lam divides by it. Pass --min-std VALUE to write max(std, VALUE) "
-            "(the statistics file keeps the true 0), or leave the variable out"
-        )
-    return std
-
-
 def neurallam_outputs(
     stats: Stats,
     static_dir: Path,
@@ -149,8 +133,12 @@ def neurallam_outputs(
     weights = parameter_weights(levels, state.features, level_weights)
     values = {"mean": state.mean, "std": std}
     values.update(mean_standardized=diff_mean, std_standardized=diff_std)
+    for op, name in TENSOR_FILES.items():
+        check_stored(values[op], PT_DTYPE, names, str(static_dir / name))
+    flux_values = np.array([flux.mean[0], flux_std[0]])
+    check_stored(flux_values, PT_DTYPE, ["mean", "std"], f"{static_dir / FLUX_FILE} {flux_name}")
     outputs = {static_dir / name: _tensor_writer(values[op]) for op, name in TENSOR_FILES.items()}
-    outputs[static_dir / FLUX_FILE] = _tensor_writer(np.array([flux.mean[0], flux_std[0]]))
+    outputs[static_dir / FLUX_FILE] = _tensor_writer(flux_values)
     outputs[static_dir / WEIGHTS_FILE] = _npy_writer(weights)
     return outputs
 
@@ -184,22 +172,58 @@ def _datastore_config(static: Path, n_vars: int) -> dict[str, Any] | None:
 
 
 def is_neurallam_static(folder: Path) -> bool:
-    return (folder / TENSOR_FILES["mean"]).is_file()
+    """Any of neural-lam's statistics files is there: the folder is one, and
+    :func:`read_neurallam_static` names what it lacks (another file in it, such
+    as ``wxstats_stats.nc``, must not be read in its place)."""
+    return any((folder / name).is_file() for name in (*TENSOR_FILES.values(), FLUX_FILE))
+
+
+def _same_lengths(static: Path, arrays: dict[str, np.ndarray]) -> int:
+    """The number of variables, when every state file holds one value each; else
+    refused naming the files that disagree with the most of the others."""
+    by_length: dict[int, list[str]] = {}
+    for op, array in arrays.items():
+        by_length.setdefault(len(array), []).append(TENSOR_FILES[op])
+    if len(by_length) == 1:
+        return next(iter(by_length))
+    groups = sorted(by_length.items(), key=lambda item: -len(item[1]))
+    (n_most, most), others = groups[0], groups[1:]
+
+    def have(names: list[str]) -> str:
+        return f"{', '.join(names)} {'has' if len(names) == 1 else 'have'}"
+
+    odd = "; ".join(f"{have(names)} {n} values" for n, names in others)
+    raise InputError(
+        f"{static}: {odd} where {have(most)} {n_most}: each file holds one value per variable"
+    )
+
+
+def _recorded_step(static: Path) -> int | None:
+    """The difference step (hours) recorded in the ``wxstats_stats.nc`` a MEPS
+    run writes beside the ``.pt`` files; None without one."""
+    path = static / "wxstats_stats.nc"
+    if not path.is_file():
+        return None
+    import xarray as xr
+
+    try:
+        with xr.open_dataset(path) as ds:
+            steps = np.asarray(ds["diff_step"].values) if "diff_step" in ds.coords else []
+    except (OSError, ValueError):
+        return None  # read on its own (wxstats report), it says what is wrong
+    return int(steps[0]) if len(steps) == 1 else None
 
 
 def read_neurallam_static(static: Path) -> Stats:
     """A neural-lam ``static/`` folder (float32 ``.pt`` files, widened exactly)."""
     missing = [n for n in TENSOR_FILES.values() if not (static / n).is_file()]
     if missing:
-        raise InputError(f"{static}: not a neural-lam static folder: missing {', '.join(missing)}")
+        raise InputError(
+            f"{static / missing[0]}: missing: a neural-lam static folder has "
+            f"{', '.join(TENSOR_FILES.values())} (missing: {', '.join(missing)})"
+        )
     arrays = {op: _load_pt(static / name) for op, name in TENSOR_FILES.items()}
-    n_vars = len(arrays["mean"])
-    for op, array in arrays.items():
-        if len(array) != n_vars:
-            raise InputError(
-                f"{static}: state {op} ({TENSOR_FILES[op]}) has {len(array)} values but others "
-                f"have {n_vars}"
-            )
+    n_vars = _same_lengths(static, arrays)
     dataset = _datastore_config(static, n_vars)
     names: list[str] | None = None
     units = [""] * n_vars
@@ -210,6 +234,8 @@ def read_neurallam_static(static: Path) -> Stats:
             units = [str(u) if u is not None else "" for u in dataset["var_units"]]
         match = re.fullmatch(r"(?:PT)?(\d+)\s*[hH]?", str(dataset.get("step_length", "")))
         step = int(match.group(1)) if match else None
+    # the step of the run that wrote the folder (--step-length may differ from the YAML's)
+    step = _recorded_step(static) or step
     std = arrays["std"]
     tag = f"diff{step if step is not None else ''}"
     state = StreamStats(
@@ -229,6 +255,7 @@ def read_neurallam_static(static: Path) -> Stats:
         layout=StreamLayout(prefix="state", split="", category="state"),
         named=names is not None,
         derived={f"{tag} mean", f"{tag} std"},
+        diff_span={step: step * 3600} if step is not None else {},  # MEPS steps are hours
     )
     streams = {"state": state}
     if (static / FLUX_FILE).is_file():

@@ -17,6 +17,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import VALUE_OPS, DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 
 
@@ -61,6 +62,7 @@ def _per_feature(entries: dict, category: str, split: str, where: str) -> Stream
     if "mean" not in ops or "std" not in ops:
         raise InputError(f"{where}: {category} entries lack mean or std")
     diff: dict[int | None, DiffStats] = {}
+    spans: dict[int | None, int] = {}
     per_step = [entries[n].get("diff") for n in names]
     if names and all(isinstance(d, dict) for d in per_step):
         for step in set.intersection(*(set(d) for d in per_step)):
@@ -70,12 +72,28 @@ def _per_feature(entries: dict, category: str, split: str, where: str) -> Stream
                     what = f"{category}.diff.{step}.{op}"
                     got[op] = _floats([d[step][op] for d in per_step], where, what)
             if "mean" in got and "std" in got:
-                diff[_step(step, where)] = DiffStats(
+                key = _step(step, where)
+                diff[key] = DiffStats(
                     got["mean"], got["std"], got.get("count"),
                     minimum=got.get("min"), maximum=got.get("max"),
                 )  # fmt: skip
+                span = _span(per_step[0][step], where, f"{category}.diff.{step}")
+                if span:
+                    spans[key] = span
     units = [""] * len(names)
-    return _stream(category, ops, split, features=names, units=units, diff=diff)
+    fields = {"features": names, "units": units, "diff": diff, "diff_span": spans}
+    return _stream(category, ops, split, **fields)
+
+
+def _span(entry: dict, where: str, what: str) -> int | None:
+    """The seconds of an entry's ``span`` (``6h``); None for a summary written
+    before spans were recorded."""
+    if "span" not in entry:
+        return None
+    seconds = span_seconds(entry["span"])
+    if seconds is None:
+        raise InputError(f"{where}: {what}.span {entry['span']!r} is not a time span such as 6h")
+    return seconds
 
 
 def _step(text: str, where: str) -> int:
@@ -110,10 +128,16 @@ def read_summary(path: Path, split: str | None = None) -> Stats:
     if names is not None and len(names) != n:
         raise InputError(f"{path}: {len(names)} variable names for {n} state statistics")
     diff: dict[int | None, DiffStats] = {}
+    spans: dict[int | None, int] = {}
     derived: set[str] = set()
     for step, entry in (data.get("diff") or {}).items():
         key = _step(step, where)
-        got = {op: _floats(v, where, f"diff.{step}.{op}") for op, v in entry.items()}
+        got = {
+            op: _floats(v, where, f"diff.{step}.{op}") for op, v in entry.items() if op != "span"
+        }
+        span = _span(entry, where, f"diff.{step}")
+        if span:
+            spans[key] = span
         if "mean" in got and "std" in got:
             diff[key] = DiffStats(
                 mean=got["mean"],
@@ -136,6 +160,7 @@ def read_summary(path: Path, split: str | None = None) -> Stats:
             diff=diff,
             named=names is not None,
             derived=derived,
+            diff_span=spans,
         )
     }
     for category in ("forcing", "static"):

@@ -14,7 +14,6 @@ and the number of ranks never change a bit.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,7 +33,7 @@ from wxstats.sources.xarray.blocks import (
 )
 from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding
-from wxstats.sources.xarray.fingerprint import array_fingerprints
+from wxstats.sources.xarray.fingerprint import coordinates, stored
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
 from wxstats.sources.xarray.open import first_line, is_url, is_zarr, open_parts, output_stem
@@ -46,11 +45,12 @@ from wxstats.sources.xarray.timeaxis import (
     mdp_splits,
     resolve_splits,
     restrict_to_period,
+    step_seconds,
     time_groups,
     time_values,
     where_in,
 )
-from wxstats.sources.xarray.weights import grid_weights, weight_field, weights_digest
+from wxstats.sources.xarray.weights import grid_weights, weight_field
 from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
@@ -82,6 +82,7 @@ class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
     kind = KIND
+    work_unit = "time block"
     exact_per_step = True
 
     def __init__(self, path: str | Path, options: XarrayOptions | None = None) -> None:
@@ -149,6 +150,7 @@ class XarraySource:
             (self.groups[0], self.groups[1]) if self.groups else None,
             weighted=self.weight_field is not None,
             time_means=self.options.time_means,
+            step_seconds={s.name: step_seconds(self.times, s) for s in self.splits},
         )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
@@ -332,33 +334,47 @@ class XarraySource:
     def inputs(self) -> list[str]:
         return [p.path for p in self.parts if not is_url(p.path)]
 
-    def identity(self) -> dict[str, Any]:
-        """netCDF: each file's size and modification time; a local zarr store:
-        each array read, by metadata and chunk objects (see :mod:`.fingerprint`)."""
-        files: list[list[Any]] = []
-        arrays: dict[str, Any] = {}
-        for p in self.parts:
-            if is_url(p.path):
-                files.append([p.path, None, None])
-                continue
-            where = os.path.realpath(p.path)  # another cwd or a trailing / is the same data
-            if is_zarr(p.path):
-                files.append([where, None, None])
-                names = [v.name for v in self.vars] + [self.time_dim]
-                arrays = array_fingerprints(where, names)
-            else:
-                stat = os.stat(where)
-                files.append([where, stat.st_size, stat.st_mtime_ns])
-        return {
-            "kind": self.kind,
-            "files": files,
-            "arrays": arrays,
-            "times": [fmt_time(self.times[0]), fmt_time(self.times[-1]), self.n_times],
-            "splits": [[s.name, s.start, s.stop] for s in self.splits],
+    def identity(self, files: bool = True) -> dict[str, Any]:
+        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`):
+        ``data`` (variables, grid and other non-time coordinates, options),
+        ``run`` (the time steps) and ``files`` (netCDF: each file's size and
+        modification time; a local zarr store: each array read, by metadata and
+        chunk objects, see :mod:`.fingerprint`)."""
+        names = [s.name for s in self.splits]
+        dims = [d for v in self.vars for d in (*v.grid_dims, *v.feature_dims)]
+        variables = [
+            {
+                "name": v.name,
+                "features": list(v.features),
+                "units": list(v.units),
+                "has_time": bool(v.has_time),
+                "grid_dims": list(v.grid_dims),
+                "grid_points": int(v.n_grid),
+                "feature_dims": list(v.feature_dims),
+            }
             # sorted: an unconsolidated zarr 3 store lists its arrays in no fixed order
-            "variables": sorted([v.name, list(v.features)] for v in self.vars),
-            "diff_steps": list(self.diff_steps),
-            **({"weights": self.weights_identity()} if self.weight_field else {}),
+            for v in sorted(self.vars, key=lambda v: v.name)
+        ]
+        return {
+            "data": {
+                "kind": self.kind,
+                "split": names[0] if len(names) == 1 else names,
+                "time_dim": self.time_dim,
+                "variables": variables,
+                "coords": coordinates(self.parts[0].ds, dims),
+                "diff_steps": list(self.diff_steps),
+                "by": self.options.by,
+                "weights": self.weights_identity(),
+            },
+            "run": {
+                "times": [fmt_time(self.times[0]), fmt_time(self.times[-1]), self.n_times],
+                "splits": [[s.name, s.start, s.stop] for s in self.splits],
+            },
+            "files": stored(
+                [p.path for p in self.parts], [v.name for v in self.vars] + [self.time_dim]
+            )
+            if files
+            else {},
         }
 
     def _weigh_variables(self) -> None:
@@ -369,8 +385,7 @@ class XarraySource:
         for v in self.vars:
             grid = (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims))
             if grid not in per_grid:
-                weights = grid_weights(self.weight_field, v)
-                per_grid[grid] = (weights, weights_digest(weights))
+                per_grid[grid] = grid_weights(self.weight_field, v, self.parts[0].ds, self.path)
             v.weights, digests[v.name] = per_grid[grid]
         self._weights_identity = {"method": self.weight_field.method, "digests": digests}
 

@@ -1,4 +1,5 @@
-"""What a resumed run must find unchanged in a zarr store: each array it reads.
+"""What a resumed run must find unchanged in a zarr store: each array it reads;
+and the values of the coordinates a run's identity holds (:func:`coordinates`).
 
 A store's folder keeps its modification time when values are written into
 existing chunks (a region write), so the folder's time says nothing about the
@@ -85,6 +86,28 @@ def array_fingerprints(store: str | Path, names: list[str]) -> dict[str, dict[st
     return out
 
 
+def stored(paths: list[str], names: list[str]) -> dict[str, Any]:
+    """Where and when the data was written: ``files`` (netCDF: path, size and
+    modification time; zarr or a URL: the path) and ``arrays`` (a local zarr
+    store: :func:`array_fingerprints` of ``names``)."""
+    from wxstats.sources.xarray.open import is_url, is_zarr
+
+    files: list[list[Any]] = []
+    arrays: dict[str, Any] = {}
+    for path in paths:
+        if is_url(path):
+            files.append([path, None, None])
+            continue
+        where = os.path.realpath(path)  # another cwd or a trailing / is the same data
+        if is_zarr(path):
+            files.append([where, None, None])
+            arrays = array_fingerprints(where, names)
+        else:
+            stat = os.stat(where)
+            files.append([where, stat.st_size, stat.st_mtime_ns])
+    return {"files": files, "arrays": arrays}
+
+
 def describe_array_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """One phrase per array that differs between two :func:`array_fingerprints`."""
     changes = []
@@ -104,3 +127,46 @@ def describe_array_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str
             what.append(f"chunks rewritten (size or modification time{count})")
         changes.append(f"array {name} changed in the store: {', '.join(what)}")
     return changes
+
+
+def _value_text(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def coordinates(ds: Any, dims: list[str]) -> dict[str, dict[str, str]]:
+    """:func:`coordinate_identity` of every coordinate of ``dims`` (the variables'
+    non-time dimensions) in ``ds``: dimension coordinates, and others on them
+    (``lat(y, x)``)."""
+    wanted = set(dims)
+    names = [d for d in sorted(wanted) if d in ds.variables] + sorted(
+        str(n)
+        for n, c in ds.coords.items()
+        if n not in wanted and c.dims and set(map(str, c.dims)) <= wanted
+    )
+    return {name: coordinate_identity(ds.variables[name].values) for name in names}
+
+
+def coordinate_identity(values: Any) -> dict[str, str]:
+    """A coordinate's values as a run's identity holds them: a digest of the
+    values and their order (numbers as float64: a float32 copy of the same
+    latitudes is the same grid), and words for messages (``descending
+    90..-90 (181 values)``)."""
+    import numpy as np
+
+    array = np.asarray(values)
+    if array.dtype.kind in "iuf":
+        array = array.astype("<f8")
+        data = array.tobytes()
+    else:
+        data = "\0".join(map(str, array.ravel().tolist())).encode()
+    flat = array.ravel().tolist()
+    order = ""
+    if array.ndim == 1 and array.size > 1 and array.dtype.kind == "f":
+        steps = np.diff(array)
+        order = "ascending " if (steps > 0).all() else "descending " if (steps < 0).all() else ""
+    span = f"{_value_text(flat[0])}..{_value_text(flat[-1])} " if flat else ""
+    shape = "x".join(map(str, array.shape))
+    return {
+        "digest": _digest(shape.encode() + b"\0" + data),
+        "text": f"{order}{span}({shape} values)",
+    }

@@ -221,13 +221,17 @@ def stream_specs(
     groups: tuple[str, list[int]] | None = None,
     weighted: bool = False,
     time_means: bool = False,
+    step_seconds: dict[str, int | None] | None = None,
 ) -> list[StreamSpec]:
     """One stream per (split, variable), named ``{variable}__{split}``, laid out
     for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
     dimension and its values, e.g. ``month``, 1..12) leads the features of every
-    variable with time: ``t2m__train__mean`` along ``(month, level)``."""
+    variable with time: ``t2m__train__mean`` along ``(month, level)``.
+    ``step_seconds``: one time step of each split, the span of a difference of
+    ``k`` steps being ``k`` of them (none: a numeric time axis)."""
     streams = []
     for split in splits:
+        step = (step_seconds or {}).get(split.name)
         for v in variables:
             dims, shape, coords = v.feature_dims, v.feature_shape, v.coords
             features, units, long_names = v.features, v.units, v.long_names
@@ -255,7 +259,10 @@ def stream_specs(
             name = f"{v.name}__{split.name}"
             diff_steps = steps if v.has_time else ()
             cells = v.n_grid if time_means and v.has_time else 0
+            span = {k: k * step for k in diff_steps} if step else {}
             streams.append(
-                StreamSpec(name, features, units, diff_steps, long_names, layout, weighted, cells)
+                StreamSpec(
+                    name, features, units, diff_steps, long_names, layout, weighted, cells, span
+                )
             )
     return streams

@@ -106,6 +106,21 @@ def check_regular(values: np.ndarray, split: Split, time_dim: str, where_of) -> 
         )
 
 
+def step_seconds(values: np.ndarray, split: Split) -> int | None:
+    """Seconds of one time step of ``split`` (regular: checked), what a difference
+    over ``k`` steps spans; None for a numeric axis, one step or a fractional second."""
+    if split.stop - split.start < 2:
+        return None
+    a, b = values[split.start], values[split.start + 1]
+    if isinstance(a, np.datetime64):
+        seconds = (b - a) / np.timedelta64(1, "s")
+    elif hasattr(b - a, "total_seconds"):  # cftime dates
+        seconds = (b - a).total_seconds()
+    else:
+        return None
+    return int(seconds) if float(seconds).is_integer() and seconds > 0 else None
+
+
 def fmt_delta(delta: Any) -> str:
     if isinstance(delta, np.timedelta64):
         import pandas as pd

@@ -4,7 +4,10 @@ On a regular latitude-longitude grid the points near the poles stand for much
 smaller areas than those at the equator; an unweighted mean over-counts them.
 ``coslat`` weights each point by the cosine of its latitude (makani's default
 quadrature, GraphCast's area weighting), ``VAR`` by a field of the dataset
-(a cell area), and ``FILE:VAR`` by a field of another netCDF/zarr file.
+(a cell area), and ``FILE:VAR`` by a field of another netCDF/zarr file,
+split at the last ``:`` (a path may hold colons, a variable's name not), and
+placed on the data's grid by coordinate values (:mod:`.align`). Latitudes are
+in degrees unless their ``units`` say radians; other units are refused.
 
 The weights of a variable are one float64 per grid point, in the order its
 grid dimensions are flattened (:class:`~wxstats.sources.xarray.layout.Variable`),
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,13 +29,17 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
+from wxstats.sources.xarray.align import align_to, coordinate_values, coordinates_along
 from wxstats.sources.xarray.decode import decode_into, decoding
 from wxstats.sources.xarray.layout import Variable
-from wxstats.sources.xarray.open import first_line, open_one
+from wxstats.sources.xarray.open import NETCDF_SUFFIXES, first_line, is_url, open_one
 
 COSLAT = "coslat"
 LATITUDE_NAMES = ("lat", "latitude", "nav_lat", "XLAT")
 LATITUDE_UNITS = ("degrees_north", "degree_north", "degree_N", "degrees_N", "degreeN", "degreesN")
+DEGREES = {u.lower() for u in LATITUDE_UNITS} | {"degree", "degrees", "deg", "°", "°n"}
+RADIANS = {"radian", "radians", "rad"}
+"""Units a latitude may have (compared in lower case); none given means degrees."""
 
 
 @dataclass(frozen=True)
@@ -66,18 +74,38 @@ def _latitude(ds: Any, path: str) -> str:
     return found[0]
 
 
+def _file_and_name(spec: str, ds: Any) -> tuple[str, str] | None:
+    """``FILE:VAR`` split at the last ``:`` (None: ``spec`` names a variable of the
+    dataset, or is not a path). A missing file that looks like one (a folder
+    separator, a data suffix) is refused here, not read as a variable name."""
+    if spec in ds.variables:
+        return None
+    file, colon, name = spec.rpartition(":")
+    if not (colon and file and name):
+        return None
+    if is_url(file) or Path(file).exists():
+        return file, name
+    suffix = file.lower().rstrip("/").endswith((".zarr", *NETCDF_SUFFIXES))
+    if suffix or os.sep in file or "/" in file:
+        raise InputError(f"--weights {spec}: weights file {file} not found")
+    return None
+
+
 def weight_field(spec: str, ds: Any, path: str, storage_options: dict[str, Any]) -> WeightField:
     """The field ``--weights spec`` names (checked for existence here, for
-    values and shape per variable in :func:`grid_weights`)."""
+    values, shape and coordinates per variable in :func:`grid_weights`)."""
     if spec == COSLAT:
         return WeightField(COSLAT, _latitude(ds, path), path, ds)
-    file, colon, name = spec.rpartition(":")
-    if colon and file and Path(file).exists():
+    split = _file_and_name(spec, ds)
+    if split is not None:
+        file, name = split
         try:
-            other = open_one(file, storage_options)
+            ds = open_one(file, storage_options)
+        except InputError as exc:
+            raise InputError(f"--weights {spec}: weights file {exc}") from None
         except Exception as exc:  # any backend's error
             raise InputError(f"{file}: --weights {spec}: cannot open: {first_line(exc)}") from None
-        where, ds = file, other
+        where = file
     else:
         where, name = path, spec
     if name not in ds.variables:
@@ -88,13 +116,31 @@ def weight_field(spec: str, ds: Any, path: str, storage_options: dict[str, Any])
     return WeightField(spec, name, where, ds)
 
 
-def _cos_degrees(values: np.ndarray) -> np.ndarray:
-    flat = [math.cos(math.radians(float(x))) for x in values.ravel()]
-    return np.asarray(flat, dtype=np.float64).reshape(values.shape)
+def _cosines(latitudes: np.ndarray, var: Any, where: str) -> np.ndarray:
+    """cos(latitude) of latitudes in degrees or radians (by their ``units``), each
+    checked within the poles; the cosine at a pole (6e-17) is never below 0."""
+    units = str(var.attrs.get("units", "degrees_north")).strip()
+    if units.lower() in DEGREES:
+        limit, to_radians = 90.0, math.radians
+    elif units.lower() in RADIANS:
+        limit, to_radians = math.pi / 2, float
+    else:
+        raise InputError(
+            f"{where}: latitude units {units!r} are neither degrees (degrees_north) nor radians"
+        )
+    if not (np.isfinite(latitudes).all() and (np.abs(latitudes) <= limit).all()):
+        bad = latitudes[~(np.abs(latitudes) <= limit)].flat[0]
+        span = "-90..90 degrees" if limit == 90.0 else "-pi/2..pi/2 radians"
+        raise InputError(f"{where}: latitudes must be finite and within {span} ({bad} found)")
+    flat = [math.cos(to_radians(float(x))) for x in latitudes.ravel()]
+    return np.maximum(np.asarray(flat, dtype=np.float64).reshape(latitudes.shape), 0.0)
 
 
-def grid_weights(field: WeightField, v: Variable) -> np.ndarray:
-    """float64 (G,): the weight of each grid point of ``v`` (see module docstring)."""
+def grid_weights(
+    field: WeightField, v: Variable, data: Any, data_where: str
+) -> tuple[np.ndarray, str]:
+    """float64 (G,): the weight of each grid point of ``v``, a variable of the
+    dataset ``data`` (see module docstring), and its digest."""
     var = field.ds.variables[field.name]
     where = f"{field.path}: --weights {field.method}: variable {field.name}"
     dims = tuple(map(str, var.dims))
@@ -110,18 +156,24 @@ def grid_weights(field: WeightField, v: Variable) -> np.ndarray:
             raise InputError(
                 f"{where}: dimension {d} has {sizes[d]} points, {v.name}'s has {v.grid_sizes[d]}"
             )
+    # another file's field goes where its coordinates say; the data's own are in place
+    orders = align_to(var, field.ds, data, where, data_where) if field.ds is not data else ()
     try:
         raw = np.asarray(var.values)
     except Exception as exc:  # storage errors of any backend
         raise InputError(f"{where}: cannot read: {first_line(exc)}") from None
     values = np.empty(raw.shape, dtype=np.float64)
     decode_into(raw, decoding(var, where), values, where)
+    for axis, index in enumerate(orders):
+        if index is not None:
+            values = np.take(values, index, axis=axis)
+    latitudes = values
     if field.method == COSLAT:
-        if not (np.isfinite(values).all() and (np.abs(values) <= 90).all()):
-            raise InputError(f"{where}: latitudes must be finite and within -90..90 degrees")
-        values = np.maximum(_cos_degrees(values), 0.0)  # cos(±90°) is 6e-17, never below 0
+        values = _cosines(values, var, where)
     elif not (np.isfinite(values).all() and (values >= 0).all()):
-        raise InputError(f"{where}: weights must be finite and not negative (NaN or < 0 found)")
+        raise InputError(
+            f"{where}: weights must be finite and not negative (NaN, inf or < 0 found)"
+        )
     # to the variable's grid order, broadcast over the dimensions the field lacks
     order = [d for d in v.grid_dims if d in dims]
     values = values.transpose([dims.index(d) for d in order])
@@ -130,9 +182,26 @@ def grid_weights(field: WeightField, v: Variable) -> np.ndarray:
     weights = np.ascontiguousarray(full, dtype=np.float64).reshape(-1)
     if not (weights > 0).any():
         raise InputError(f"{where}: every weight is 0; nothing would be counted")
-    return weights
+    labels = {
+        f"coordinate {name}": coordinate_values(c, f"{data_where}: coordinate {name}")
+        for name, c in coordinates_along(data, v.grid_dims).items()
+    }
+    if field.method == COSLAT:
+        labels[f"latitude {field.name}"] = latitudes
+    return weights, weights_digest(weights, labels)
 
 
-def weights_digest(weights: np.ndarray) -> str:
-    """The identity of a variable's weights (a state grows only with the same ones)."""
-    return hashlib.sha256(np.ascontiguousarray(weights, dtype="<f8").tobytes()).hexdigest()
+def weights_digest(weights: np.ndarray, labels: dict[str, np.ndarray]) -> str:
+    """The identity of a variable's weights (a state grows only with the same ones):
+    the weights in grid order and, by name, the values that place them (the
+    data's coordinates along the grid, the latitudes of coslat), so that the same
+    weights on a flipped or shifted grid are other weights."""
+    digest = hashlib.sha256(np.ascontiguousarray(weights, dtype="<f8").tobytes())
+    for name in sorted(labels):
+        values = np.asarray(labels[name])
+        digest.update(f"\0{name}\0{values.shape}\0".encode())
+        if values.dtype.kind in "iuf":
+            digest.update(np.ascontiguousarray(values, dtype="<f8").tobytes())
+        else:
+            digest.update(repr(values.tolist()).encode())
+    return digest.hexdigest()
