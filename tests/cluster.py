@@ -406,6 +406,8 @@ WXS_FAULT_DELAY    seconds to sleep before each such open
 WXS_FAULT_HANG     glob: an open of a matching path never returns (only this
                    thread blocks: the process's other threads go on)
 WXS_FAULT_LOG      a file that gets a line "time rank host path" per matching open
+WXS_FAULT_GATE     a path: opens matching WXS_FAULT_MATCH wait until it exists (the
+                   test opens the gate when it has done what must come first)
 """
 import builtins
 import os
@@ -420,6 +422,7 @@ if _match or _hang:
     _open = builtins.open
     _delay = float(os.environ.get("WXS_FAULT_DELAY", "0") or 0)
     _log = os.environ.get("WXS_FAULT_LOG", "")
+    _gate = os.environ.get("WXS_FAULT_GATE", "")
     _rank = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "-"
 
     def _faulty_open(file, *args, **kwargs):
@@ -438,6 +441,8 @@ if _match or _hang:
                     time.sleep(3600)
                 if _delay:
                     time.sleep(_delay)
+                while _gate and not os.path.exists(_gate):
+                    time.sleep(0.05)
         return _open(file, *args, **kwargs)
 
     builtins.open = _faulty_open
@@ -455,7 +460,8 @@ def fault_hooks(directory: Path) -> Path:
 
 def with_fault_hooks(env: Mapping[str, str], hooks: Path, **variables: str) -> dict[str, str]:
     """``env`` with ``hooks`` first on ``PYTHONPATH`` and ``WXS_FAULT_<NAME>`` set
-    from the keyword arguments (``delay=...``, ``match=...``, ``hang=...``, ``log=...``)."""
+    from the keyword arguments (``delay=...``, ``match=...``, ``hang=...``, ``log=...``,
+    ``gate=...``)."""
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), out.get("PYTHONPATH", "")]))
     for name, value in variables.items():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -25,12 +24,16 @@ BUCKET = "wxstats-test"
 
 
 class Faults:
-    """WSGI middleware around moto: latency per GET, an error for chosen keys,
-    and the most GETs that were in flight at once."""
+    """WSGI middleware around moto: an error for chosen keys, and the most GETs
+    that were in flight at once. With ``gather`` set, GETs are held until that
+    many are in flight together (then all go on): concurrency shown by an event,
+    not by a latency that a busy machine may or may not overlap."""
 
     def __init__(self, app):
         self.app = app
-        self.delay = 0.0
+        self.gather = 0
+        self.gathered = threading.Event()
+        self.timed_out = False
         self.fail: str | None = None
         self.in_flight = self.most = 0
         self.lock = threading.Lock()
@@ -40,13 +43,19 @@ class Faults:
         if get and self.fail and environ.get("PATH_INFO", "").endswith(self.fail):
             start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
             return [b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"]
-        if not get or not self.delay:
+        if not get or not self.gather:
             return self.app(environ, start_response)
         with self.lock:
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
+            if self.most >= self.gather:
+                self.gathered.set()
         try:
-            time.sleep(self.delay)
+            # a hang guard only: a client that never has `gather` GETs in flight
+            # gets through after it (once: later GETs are not held) and fails the test
+            if not self.gathered.wait(timeout=30):
+                self.timed_out = True
+                self.gathered.set()
             return self.app(environ, start_response)
         finally:
             with self.lock:
@@ -100,14 +109,15 @@ def test_many_small_chunks_match_the_reference_with_requests_in_flight(s3, tmp_p
     url = f"s3://{BUCKET}/small.zarr"
     truth = _many_small_chunks(url, options)
     out = tmp_path / "s.nc"
-    app.delay = 0.01  # 10 ms per GET: one request at a time would take 2 s
+    app.gather, app.most = 4, 0  # GETs wait until 4 are in flight together
+    app.gathered.clear()
     try:
         argv = ["compute", url, "--output", str(out), "--diff-steps", "1,4", "--quiet"]
         argv += ["--block-mb", "0.0005", "--threads", "2"]  # 13 blocks, fetched ahead
         assert main([*argv, *_cli_options(options)]) == 0, capsys.readouterr().err
     finally:
-        app.delay = 0.0
-    assert app.most >= 4, f"at most {app.most} GETs in flight"
+        app.gather = 0
+    assert app.most >= 4 and not app.timed_out, f"at most {app.most} GETs in flight"
     stream = read_stats(out).streams["t__train"]
     assert_stream_matches(stream, reference(truth, 0, truth.shape[0], (1, 4)))
 

@@ -233,42 +233,102 @@ def test_every_sample_is_prefetched_before_it_is_read(meps_small, threads):
 
 
 # -- Ctrl-C with several threads ------------------------------------------------------------
-class _SlowSource(MepsSource):
-    """Each read takes 0.5 s; records which samples were started."""
+class _GatedSource(MepsSource):
+    """Reads wait at a gate the test opens; records which samples were started
+    and which finished, and says when ``running`` reads are under way."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, running: int, **kwargs):
         super().__init__(*args, **kwargs)
+        self.running = running
         self.started: list[int] = []
+        self.finished: list[int] = []
+        self.all_running = threading.Event()
+        self.gate = threading.Event()
+        self._lock = threading.Lock()
 
     def read(self, index):
-        self.started.append(index)
-        import time
-
-        time.sleep(0.5)
-        return super().read(index)
+        with self._lock:
+            self.started.append(index)
+            if len(self.started) == self.running:
+                self.all_running.set()
+        self.gate.wait(timeout=60)  # a hang guard only: the test opens the gate
+        blocks = super().read(index)
+        with self._lock:
+            self.finished.append(index)
+        return blocks
 
     def prefetch(self, index):
         pass
 
 
-def test_ctrl_c_with_threads_never_starts_the_queued_samples(meps_small):
+def test_ctrl_c_with_threads_never_starts_the_queued_samples(meps_small, monkeypatch):
     """The window holds 2 x threads samples; after Ctrl-C only the running ones
-    finish their block (they used to be followed by every queued one)."""
-    import os
+    finish their block (they used to be followed by every queued one), and the
+    interrupt is not held back until they do. Ordered by events, not by time."""
     import signal
-    import time
+    from concurrent.futures import ThreadPoolExecutor
 
-    source = _SlowSource(meps_small)
-    refs = references(source)
+    from wxstats.runtime import engine
+
+    threads = 3
+    window_full = threading.Event()  # 2 x threads samples submitted: some are queued
+
+    class CountingPool(ThreadPoolExecutor):
+        submitted = 0
+
+        def submit(self, *args, **kwargs):
+            future = super().submit(*args, **kwargs)
+            CountingPool.submitted += 1
+            if CountingPool.submitted == 2 * threads:
+                window_full.set()
+            return future
+
+    monkeypatch.setattr(engine, "ThreadPoolExecutor", CountingPool)
+    source = _GatedSource(meps_small, running=threads)
+    source.gate.set()
+    refs = references(source)  # reads sample 0 through the open gate
+    source.gate.clear()
     source.started.clear()
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    begun = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        accumulate(source, range(len(source)), refs, threads=3)
-    assert time.monotonic() - begun < 0.45  # the interrupt is not held back
-    time.sleep(1.2)  # the running samples end; a queued one would have started by now
-    assert sorted(source.started) == [0, 1, 2]
+    source.finished.clear()
+    before = set(threading.enumerate())
+
+    main = threading.main_thread().ident
+    raised = threading.Event()
+
+    def on_sigint(signum, frame):
+        if not raised.is_set():  # once: a repeated signal must not hit the clean-up
+            raised.set()
+            raise KeyboardInterrupt
+
+    def interrupt() -> None:
+        if not (source.all_running.wait(timeout=60) and window_full.wait(timeout=60)):
+            return
+        # to the main thread, where Ctrl-C lands, again until its handler ran: one that
+        # arrives as the main thread goes to sleep on a result runs only on a later one
+        while not raised.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+            raised.wait(timeout=0.1)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            accumulate(source, range(len(source)), refs, threads=threads)
+        # the interrupt came back while every running read still waited at the gate
+        assert source.finished == []
+    finally:
+        raised.set()
+        source.gate.set()
+        sender.join()
+        signal.signal(signal.SIGINT, previous)
+    # let the pool's threads end: the running reads finish, then nothing is left to start
+    for worker in set(threading.enumerate()) - before:
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    assert CountingPool.submitted == 2 * threads  # three of them were queued
+    assert sorted(source.started) == list(range(threads))
+    assert sorted(source.finished) == list(range(threads))
 
 
 @pytest.mark.parametrize("signals", [1, 2])

@@ -36,7 +36,7 @@ from distributed_helpers import (
 )
 
 from wxstats.cli import main
-from wxstats.runtime.job import resolve_backend
+from wxstats.runtime.devices import resolve_backend
 from wxstats.runtime.launch import (
     Launch,
     free_port,
@@ -169,8 +169,9 @@ def test_a_bad_file_on_one_rank_stops_the_job(odd_copy, tmp_path):
     bad = sample_path(odd_copy, 9)  # with 3 ranks (4, 4, 3 samples): rank 2's
     bad.write_bytes(bad.read_bytes()[:1000])
     out = tmp_path / "out"
-    started = time.monotonic()
-    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3")))
+    # a --timeout longer than run()'s hang guard: the job must end because rank 2 said
+    # so, not because the others gave up waiting for it
+    result = run(wxstats_cmd(*compute_args(odd_copy, out, "--nproc", "3", "--timeout", "900")))
     assert result.returncode == 2
     assert f"rank 2: {bad}: truncated" in result.stderr
     host = socket.gethostname()
@@ -178,7 +179,6 @@ def test_a_bad_file_on_one_rank_stops_the_job(odd_copy, tmp_path):
     assert "Traceback" not in result.stderr
     assert not out.exists() or not any(out.iterdir())
     assert not processes_mentioning(str(odd_copy))
-    assert time.monotonic() - started < 120
 
 
 def test_existing_outputs_stop_every_rank(odd_copy, tmp_path):
@@ -225,15 +225,13 @@ def _pids_holding(path: Path) -> list[int]:
 
 def _wait_for_holder(path: Path, seconds: float = 60.0) -> list[int]:
     """The process reading ``path``: the prefetch hint opens and closes the file
-    before the read that blocks, so look until the reader holds it."""
+    before the read that blocks, so look until a process holds it (the prefetch
+    and the read are the same rank's process: either one is the reader)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         pids = _pids_holding(path)
         if pids:
-            time.sleep(0.2)  # let a prefetching open/close pass; take a steady holder
-            steady = _pids_holding(path)
-            if steady:
-                return steady
+            return pids
         time.sleep(0.05)
     return []
 
@@ -272,7 +270,9 @@ def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
         env_.update(RANK=str(rank), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         ranks.append(
             subprocess.Popen(
-                wxstats_cmd(*compute_args(odd_copy, out, "--threads", "1", "--timeout", "5")),
+                # a --timeout beyond the hang guard below: only the closed connection
+                # can end the survivors in time
+                wxstats_cmd(*compute_args(odd_copy, out, "--threads", "1", "--timeout", "900")),
                 env=env_,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -281,16 +281,13 @@ def test_a_killed_rank_is_noticed_without_a_launcher(odd_copy, tmp_path):
     try:
         assert opened.wait(120), "no rank opened the sample"
         os.kill(ranks[1].pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        errs = [p.communicate(timeout=60)[1] for p in (ranks[0], ranks[2])]
-        took = time.monotonic() - killed_at
+        errs = [p.communicate(timeout=240)[1] for p in (ranks[0], ranks[2])]  # hang guard
     finally:
         kill_leftovers(ranks)
     assert ranks[0].returncode == 1 and ranks[2].returncode == 1, errs
     # its liveness connection closed at once: no need to wait for the heartbeat timeout
     assert f"rank 1 on {socket.gethostname()} failed: its connection closed" in errs[0]
     assert errs[1] == ""  # rank 2 stays quiet
-    assert took < 5 + 10
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -312,7 +309,8 @@ def test_rank_0_lost_after_the_gather_ends_the_waiting_ranks_at_once(odd_copy, t
         env_ = dict(
             hooked, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
         )
-        args = compute_args(odd_copy, out, "--threads", "1", "--timeout", "120")
+        # a --timeout beyond the hang guard below: waiting for the collective fails
+        args = compute_args(odd_copy, out, "--threads", "1", "--timeout", "900")
         ranks.append(
             subprocess.Popen(wxstats_cmd(*args), env=env_, stderr=subprocess.PIPE, text=True)
         )
@@ -322,14 +320,11 @@ def test_rank_0_lost_after_the_gather_ends_the_waiting_ranks_at_once(odd_copy, t
             assert time.monotonic() < deadline and ranks[1].poll() is None
             time.sleep(0.05)
         os.kill(ranks[0].pid, signal.SIGKILL)
-        killed_at = time.monotonic()
-        _, err = ranks[1].communicate(timeout=60)
-        took = time.monotonic() - killed_at
+        _, err = ranks[1].communicate(timeout=240)  # a hang guard only
     finally:
         kill_leftovers(ranks)
     assert ranks[1].returncode == 1, err
     assert "rank 0" in err and "Traceback" not in err, err
-    assert took < 10, f"rank 1 waited {took:.1f} s after rank 0 was lost"
     assert not (out / "parameter_weights.npy").exists()
     assert not (out / "parameter_mean.pt").exists() or not (out / "summary.json").exists()
 
@@ -531,7 +526,7 @@ def test_a_killed_rank_under_torchrun_stops_the_job(odd_copy, tmp_path):
     out = tmp_path / "out"
     cmd = _torchrun("--nproc-per-node", "3", "--master-port", str(free_port()), "-m", "wxstats")
     job = subprocess.Popen(
-        cmd + compute_args(odd_copy, out, "--threads", "1", "--timeout", "10"),
+        cmd + compute_args(odd_copy, out, "--threads", "1", "--timeout", "900"),
         env=env(),
         stderr=subprocess.PIPE,
         text=True,
@@ -541,15 +536,12 @@ def test_a_killed_rank_under_torchrun_stops_the_job(odd_copy, tmp_path):
         assert opened.wait(120), "no rank opened the sample"
         (victim,) = _wait_for_holder(fifo)
         os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        _, err = job.communicate(timeout=60)
-        took = time.monotonic() - killed_at
+        _, err = job.communicate(timeout=240)  # a hang guard below the --timeout
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode != 0
     assert "Signal 9 (SIGKILL)" in err, err
-    assert took < 10 + 30
     assert not out.exists() or not any(out.iterdir())
     assert not processes_mentioning(str(odd_copy))
 
@@ -564,11 +556,14 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
 
     assert slurm_port(1, 0) == slurm_port(5001, 0)
     _, reference = odd
-    log = tmp_path / "opens.log"
+    log, gate = tmp_path / "opens.log", tmp_path / "gate"
     hooks = fault_hooks(tmp_path)
 
     def slurm_env(job: int, rank: int) -> dict[str, str]:
-        out = with_fault_hooks(env(), hooks, match="*/nwp_20*_mbr*.npy", delay="0.5", log=log)
+        # job 1's ranks wait at their first sample until the intruder has been
+        # refused (its store is up: both joined), rather than being slowed down and
+        # hoping that the intruder arrives before they finish
+        out = with_fault_hooks(env(), hooks, match="*/nwp_20*_mbr*.npy", gate=gate, log=log)
         out.update(
             SLURM_JOB_ID=str(job), SLURM_STEP_ID="0", SLURM_PROCID=str(rank),
             SLURM_LOCALID=str(rank), SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2",
@@ -588,7 +583,7 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
     ]
     try:
         deadline = time.monotonic() + 120
-        while len(fault_log(log)) < 3:  # job 1 is computing: its store is up
+        while len({e[1] for e in fault_log(log)}) < 2:  # both ranks read: the store is up
             assert time.monotonic() < deadline and all(p.poll() is None for p in first)
             time.sleep(0.05)
         intruder = run(
@@ -596,6 +591,7 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
             env=slurm_env(5001, 1),
             timeout=60,
         )
+        gate.touch()
         errs = [p.communicate(timeout=180)[1] for p in first]
     finally:
         kill_leftovers(first)

@@ -4,13 +4,15 @@ backend choice (pure functions, no processes started)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
 from wxstats.core.errors import WxstatsError
-from wxstats.runtime.job import resolve_backend
+from wxstats.runtime.devices import check_local_devices, resolve_backend
 from wxstats.runtime.launch import (
     Launch,
     detect_launch,
@@ -133,3 +135,128 @@ def test_more_ranks_than_cpus_is_warned(meps_small, tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert "--nproc 2 starts more ranks than the 1 CPUs" in err
     assert (out / "parameter_mean.pt").is_file()
+
+
+# -- an inconsistent launcher environment: one line, before any rendezvous ----------------
+
+SRUN = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "localhost"}
+TORCHRUN = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511"}
+BAD_LAUNCHES = [
+    (
+        dict(SRUN, SLURM_PROCID="2", SLURM_NTASKS="2"),
+        "SLURM_PROCID=2 is not a rank of a job of SLURM_NTASKS=2 (ranks are 0 to 1)",
+    ),
+    (
+        dict(SRUN, SLURM_PROCID="-1", SLURM_NTASKS="2"),
+        "SLURM_PROCID=-1 is not a rank of a job of SLURM_NTASKS=2",
+    ),
+    (
+        dict(SRUN, SLURM_PROCID="1", SLURM_NTASKS="2", SLURM_LOCALID="-1"),
+        "SLURM_LOCALID=-1 with SLURM_PROCID=1: a local rank is 0 or more",
+    ),
+    (
+        dict(SRUN, SLURM_PROCID="1", SLURM_NTASKS="4", SLURM_LOCALID="2"),
+        "SLURM_LOCALID=2 with SLURM_PROCID=1: a local rank is 0 or more and at most the rank",
+    ),
+    (
+        dict(SRUN, SLURM_PROCID="3", SLURM_NTASKS="4", SLURM_LOCALID="2")
+        | {"SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
+        "SLURM_LOCALID=2 but this node runs 2 ranks (SLURM_STEP_TASKS_PER_NODE=2(x2)): "
+        "local ranks are 0 to 1",
+    ),
+    (dict(SRUN, SLURM_PROCID="x", SLURM_NTASKS="2"), "SLURM_PROCID='x' is not an integer"),
+    (dict(TORCHRUN, RANK="0", WORLD_SIZE="0"), "WORLD_SIZE=0: a job has at least 1 rank"),
+    (
+        dict(TORCHRUN, RANK="2", WORLD_SIZE="2"),
+        "RANK=2 is not a rank of a job of WORLD_SIZE=2",
+    ),
+    (
+        dict(TORCHRUN, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", LOCAL_WORLD_SIZE="3"),
+        "LOCAL_WORLD_SIZE=3 gives this node 3 ranks, more than the job's WORLD_SIZE=2",
+    ),
+    (
+        dict(SRUN, SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_JOB_NODELIST="cn[1-2].invalid"),
+        "the job's master host 'cn1.invalid' (from SLURM_JOB_NODELIST) cannot be resolved",
+    ),
+    (
+        dict(TORCHRUN, RANK="0", WORLD_SIZE="2", MASTER_ADDR="head.invalid"),
+        "the job's master host 'head.invalid' (from MASTER_ADDR) cannot be resolved",
+    ),
+]
+
+
+@pytest.mark.parametrize(("variables", "message"), BAD_LAUNCHES)
+def test_an_inconsistent_launch_is_refused_in_one_line_before_any_rendezvous(
+    tmp_path, variables, message
+):
+    """Each used to reach torch's rendezvous: rank 2 of 2 waited the whole timeout
+    and printed torch's C++ trace, -1 got "RANK expected, but not set", a world of
+    0 torch's TCPStore error, a host that does not resolve a connect timeout."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    environ.update(variables, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-m", "wxstats", "compute", str(tmp_path / "x.yaml"), "--timeout", "300"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard only: a rendezvous would wait the 300 s
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("wxstats: error: "), done.stderr
+    assert message in lines[0]
+
+
+def test_a_node_with_fewer_gpus_than_local_ranks_is_refused_on_every_rank(monkeypatch):
+    """One GPU, two local ranks: rank 0 (which has a GPU) refuses too, at once,
+    instead of waiting at the rendezvous for rank 1 that has none."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for local_rank in (0, 1):
+        launch = Launch("torchrun", local_rank, 2, local_rank, 2, "127.0.0.1", 1)
+        with pytest.raises(WxstatsError, match="local rank 1 has no GPU"):
+            resolve_backend("nccl", "cuda", launch)
+    with pytest.raises(WxstatsError, match="local rank 1 has no GPU"):
+        check_local_devices("nccl", "cuda", 2)
+    check_local_devices("nccl", "cuda", 1)
+    one = Launch("torchrun", 0, 2, 0, 1, "127.0.0.1", 1)
+    assert resolve_backend("nccl", "cuda", one) == ("nccl", "cuda:0")
+    # auto takes the GPUs only when every local rank has one
+    two = Launch("torchrun", 0, 2, 0, 2, "127.0.0.1", 1)
+    assert resolve_backend("auto", "auto", two) == ("gloo", "cpu")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "args", "message"),
+    [
+        (0, ["--device", "cuda"], "--device cuda: no CUDA device is available"),
+        (1, ["--backend", "nccl", "--device", "cuda"], "local rank 1 has no GPU"),
+        (0, ["--backend", "nccl", "--device", "cpu"], "--backend nccl needs --device cuda"),
+    ],
+)
+def test_nproc_refuses_missing_gpus_before_starting_ranks(
+    meps_small, tmp_path, capsys, monkeypatch, gpus, args, message
+):
+    """Before, each rank started and said so (two lines), or rank 0 waited out the
+    timeout for rank 1 that had no GPU."""
+    from wxstats.cli import main
+    from wxstats.runtime import launch
+
+    def started(*_args, **_kwargs):
+        raise AssertionError("ranks were started")
+
+    monkeypatch.setattr(launch, "launch_local", started)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    out = tmp_path / "o"
+    argv = ["compute", str(meps_small), "--output-dir", str(out), "--nproc", "2", *args]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()

@@ -18,6 +18,7 @@ from wxstats.runtime.options import ComputeOptions
 
 def run_compute(options: ComputeOptions) -> int:
     from wxstats.runtime import launch
+    from wxstats.runtime.devices import check_local_devices
     from wxstats.runtime.job import Job, Solo
     from wxstats.runtime.run import default_threads, execute
 
@@ -27,6 +28,7 @@ def run_compute(options: ComputeOptions) -> int:
             raise WxstatsError(
                 "--nproc starts ranks itself: do not combine it with torchrun or srun -n N>1"
             )
+        check_local_devices(options.backend, options.device, options.nproc)
         return launch.launch_local(
             launch.strip_nproc(list(options.argv)), options.nproc, options.timeout
         )

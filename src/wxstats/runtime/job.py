@@ -27,8 +27,9 @@ import numpy as np
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
+from wxstats.runtime.devices import resolve_backend
 from wxstats.runtime.identity import refuse_other_rank
-from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch
+from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.runtime.liveness import Liveness
 from wxstats.runtime.monitor import Monitor
 from wxstats.runtime.progress import ProgressReporter
@@ -142,33 +143,6 @@ class Solo:
             self._progress = None
 
 
-def resolve_backend(backend: str, device: str, launch: Launch) -> tuple[str, str]:
-    """(backend, device) from ``--backend auto|gloo|nccl`` and ``--device auto|cpu|cuda``:
-    CUDA when asked, or on ``auto`` when there is a GPU for every local rank."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    if device == "auto":
-        use_cuda = cuda and torch.cuda.device_count() >= launch.local_world_size
-        if backend == "gloo":
-            use_cuda = False
-        device = "cuda" if use_cuda or backend == "nccl" else "cpu"
-    if device == "cuda":
-        if not cuda:
-            raise WxstatsError("--device cuda: no CUDA device is available to this process")
-        if launch.local_rank >= torch.cuda.device_count():
-            raise WxstatsError(
-                f"--device cuda: local rank {launch.local_rank} has no GPU "
-                f"({torch.cuda.device_count()} visible); start at most one rank per GPU"
-            )
-        device = f"cuda:{launch.local_rank}"
-    if backend == "auto":
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-    if backend == "nccl" and not device.startswith("cuda"):
-        raise WxstatsError("--backend nccl needs --device cuda (NCCL reduces GPU tensors)")
-    return backend, device
-
-
 TOKEN_KEY = "wxstats/job_token"
 """Where rank 0 puts its job's token in the store, before any collective."""
 
@@ -190,6 +164,7 @@ class Job:
         self.label = f"rank {launch.rank}: "
         self.timeout = float(timeout)
         self.backend, self.device = resolve_backend(backend, device, launch)
+        check_master(launch)  # before any rendezvous: a name that cannot resolve fails now
         self.show_progress = show_progress and self.rank == 0
         self.store: Any = None
         self.monitor: Monitor | None = None

@@ -5,105 +5,37 @@
 * ``torchrun`` — ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
   ``MASTER_PORT`` (one node or many);
 * ``srun`` — ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the first
-  host of ``SLURM_JOB_NODELIST`` (expanded here, no ``scontrol``) is the master
+  host of ``SLURM_JOB_NODELIST`` (:mod:`wxstats.runtime.slurm`) is the master
   and the port comes from the job and step ids, so that two jobs sharing a
   node do not meet; ``MASTER_ADDR``/``MASTER_PORT`` win when set.
 
-:func:`detect_launch` says which (``None``: a plain single process).
+:func:`detect_launch` says which (``None``: a plain single process), and
+refuses at once a rank that cannot belong to its job; :func:`check_master`
+refuses a master host that does not resolve, before any rendezvous.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
 from wxstats.core.machine import available_cpus
+from wxstats.runtime.slurm import expand_nodelist, slurm_port, tasks_per_node
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds to wait for all ranks to join, for a silent rank before it is
 declared dead, and for a rank to stop after another failed."""
-
-SLURM_PORT_BASE = 20000
-
-
-# -- Slurm ---------------------------------------------------------------------
-
-
-def _split_top(text: str) -> list[str]:
-    """Split on commas that are not inside brackets."""
-    items, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ']' in {text!r}")
-        elif ch == "," and depth == 0:
-            items.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise ValueError(f"unbalanced '[' in {text!r}")
-    items.append(text[start:])
-    return [item for item in items if item]
-
-
-def _expand_range(spec: str, whole: str) -> list[str]:
-    values = []
-    for part in spec.split(","):
-        low, sep, high = part.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"bad range {part!r} in {whole!r}")
-        width = len(low)  # "01-03" keeps its zero padding
-        for n in range(int(low), int(high if sep else low) + 1):
-            values.append(str(n).zfill(width))
-    return values
-
-
-def expand_nodelist(text: str) -> list[str]:
-    """Host names of a Slurm node list, in order: ``node[01-03,07]`` →
-    node01 node02 node03 node07; ``a1,b[2-4]``; ``r[1-2]-n[1-2]`` (products)."""
-    hosts: list[str] = []
-    for item in _split_top(text.strip()):
-        match = re.search(r"\[([^\[\]]*)\]", item)
-        if match is None:
-            if "]" in item:
-                raise ValueError(f"unbalanced ']' in {text!r}")
-            hosts.append(item)
-            continue
-        head, tail = item[: match.start()], item[match.end() :]
-        for value in _expand_range(match.group(1), text):
-            hosts.extend(expand_nodelist(head + value + tail))
-    return hosts
-
-
-def _tasks_per_node(text: str) -> list[int]:
-    """``SLURM_STEP_TASKS_PER_NODE`` such as ``2(x3),1`` → [2, 2, 2, 1]."""
-    counts = []
-    for part in text.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if match is None:
-            raise ValueError(f"bad tasks-per-node list {text!r}")
-        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
-    return counts
-
-
-def slurm_port(job_id: int, step_id: int) -> int:
-    """A port for the job's store, from 20000 to 59999: two jobs whose ids
-    differ by less than 5000 never share one, nor do 8 consecutive steps."""
-    return SLURM_PORT_BASE + (job_id % 5000) * 8 + step_id % 8
-
 
 # -- launch environment -----------------------------------------------------------
 
@@ -123,6 +55,8 @@ class Launch:
     token: str = ""
     """What this job is (``slurm job 12 step 0``, torchrun's run id...): ranks that
     reach a store holding another token refuse to join (two jobs on one port)."""
+    master_from: str = field(default="", compare=False)
+    """The variable ``master_addr`` came from, for the message if it does not resolve."""
 
     def default_threads(self) -> int:
         """Threads so that ranks × threads ≈ the CPUs this node gives the job."""
@@ -143,6 +77,11 @@ def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
         raise WxstatsError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _first_set(env: Mapping[str, str], *names: str) -> str:
+    """The first of ``names`` set in ``env`` (the last one if none is)."""
+    return next((name for name in names if env.get(name)), names[-1])
+
+
 def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     """The job this process belongs to, or ``None`` for a plain single process.
 
@@ -153,14 +92,24 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         world = _int(env, "WORLD_SIZE")
+        rank, local_rank = _int(env, "RANK"), _int(env, "LOCAL_RANK", 0)
+        local_world = _int(env, "LOCAL_WORLD_SIZE", 0)
+        _check_place(
+            env,
+            (rank, "RANK"),
+            (world, "WORLD_SIZE"),
+            (local_rank, "LOCAL_RANK"),
+            (local_world, "LOCAL_WORLD_SIZE"),
+        )
         return Launch(
             launcher=env.get("WXSTATS_LAUNCHER", "torchrun"),
-            rank=_int(env, "RANK"),
+            rank=rank,
             world_size=world,
-            local_rank=_int(env, "LOCAL_RANK", 0),
-            local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+            local_rank=local_rank,
+            local_world_size=local_world or 1,
             master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
             master_port=_int(env, "MASTER_PORT"),
+            master_from="MASTER_ADDR" if env.get("MASTER_ADDR") else "",
             token=env.get("WXSTATS_JOB_TOKEN")
             or (
                 f"torchrun run {env['TORCHELASTIC_RUN_ID']}"
@@ -169,14 +118,12 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
             ),
         )
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
-        world = _int(env, "SLURM_STEP_NUM_TASKS", _int(env, "SLURM_NTASKS", 1))
-        nodelist = (
-            env.get("SLURM_STEP_NODELIST")
-            or env.get("SLURM_JOB_NODELIST")
-            or env.get("SLURM_NODELIST")
-        )
+        world_var = _first_set(env, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+        world = _int(env, world_var, 1)
+        list_var = _first_set(env, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
+        nodelist = env.get(list_var)
         if env.get("MASTER_ADDR"):
-            master = env["MASTER_ADDR"]
+            master, list_var = env["MASTER_ADDR"], "MASTER_ADDR"
         elif nodelist:
             try:
                 master = expand_nodelist(nodelist)[0]
@@ -184,14 +131,23 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
                 raise WxstatsError(f"cannot read SLURM node list {nodelist!r}: {exc}") from None
         else:
             raise WxstatsError("SLURM_JOB_NODELIST is not set: cannot find the master node")
-        local_world = 1
-        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+        local_world = 0  # unknown
+        per_node_var = _first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
+        per_node = env.get(per_node_var)
         if per_node:
             try:
-                counts = _tasks_per_node(per_node)
+                counts = tasks_per_node(per_node)
                 local_world = counts[min(_int(env, "SLURM_NODEID", 0), len(counts) - 1)]
             except ValueError:
-                local_world = 1
+                local_world = 0
+        rank, local_rank = _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID", 0)
+        _check_place(
+            env,
+            (rank, "SLURM_PROCID"),
+            (world, world_var),
+            (local_rank, "SLURM_LOCALID"),
+            (local_world, per_node_var),
+        )
         step = env.get("SLURM_STEP_ID", "0")
         port = (
             _int(env, "MASTER_PORT")
@@ -201,12 +157,13 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
         cpus = env.get("SLURM_CPUS_PER_TASK")
         return Launch(
             launcher="slurm",
-            rank=_int(env, "SLURM_PROCID"),
+            rank=rank,
             world_size=world,
-            local_rank=_int(env, "SLURM_LOCALID", 0),
-            local_world_size=local_world,
+            local_rank=local_rank,
+            local_world_size=local_world or 1,
             master_addr=master,
             master_port=port,
+            master_from=list_var,
             cpus_per_rank=int(cpus) if cpus and cpus.isdigit() else None,
             token=env.get("WXSTATS_JOB_TOKEN")
             or f"slurm job {env.get('SLURM_JOB_ID', '?')} step {step}",
@@ -214,13 +171,62 @@ def detect_launch(env: Mapping[str, str] | None = None) -> Launch | None:
     return None
 
 
+def _check_place(
+    env: Mapping[str, str],
+    rank: tuple[int, str],
+    world: tuple[int, str],
+    local: tuple[int, str],
+    local_world: tuple[int, str],
+) -> None:
+    """Refuse a rank that cannot be part of its job, in one line, before torch waits
+    for ranks that never come. Pairs are (value, variable); local world 0: not given."""
+
+    def said(pair: tuple[int, str]) -> str:
+        return f"{pair[1]}={env.get(pair[1], pair[0])}"
+
+    if world[0] < 1:
+        raise WxstatsError(f"launcher environment: {said(world)}: a job has at least 1 rank")
+    if not 0 <= rank[0] < world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(rank)} is not a rank of a job of {said(world)} "
+            f"(ranks are 0 to {world[0] - 1})"
+        )
+    if local[0] < 0 or local[0] > rank[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local)} with {said(rank)}: a local rank is "
+            "0 or more and at most the rank"
+        )
+    if local_world[0] > world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local_world)} gives this node {local_world[0]} "
+            f"ranks, more than the job's {said(world)}"
+        )
+    if local_world[0] and local[0] >= local_world[0]:
+        raise WxstatsError(
+            f"launcher environment: {said(local)} but this node runs {local_world[0]} ranks "
+            f"({said(local_world)}): local ranks are 0 to {local_world[0] - 1}"
+        )
+
+
+def check_master(launch: Launch) -> None:
+    """Refuse at once a master host that does not resolve (it would show only as a
+    connect timeout after ``--timeout`` seconds)."""
+    try:
+        socket.getaddrinfo(launch.master_addr, launch.master_port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        origin = f" (from {launch.master_from})" if launch.master_from else ""
+        reason = getattr(exc, "strerror", None) or exc
+        raise WxstatsError(
+            f"rank {launch.rank}: the job's master host {launch.master_addr!r}{origin} "
+            f"cannot be resolved: {reason}"
+        ) from None
+
+
 # -- --nproc: ranks started here ---------------------------------------------------
 
 
 def free_port() -> int:
     """A TCP port that is free on 127.0.0.1 now (the OS picks it)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
