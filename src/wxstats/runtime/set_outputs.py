@@ -78,18 +78,12 @@ def graphcast_set(
             "--format graphcast writes a set of files: give --output-dir, not --output or "
             "--write-into"
         )
-    splits, steps = [s.name for s in source.splits], source.diff_steps
-    if len(splits) != 1 or len(steps) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format graphcast writes the statistics of one split and one "
-            f"difference step (this run has splits {', '.join(splits)} and steps "
-            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
-        )
+    split, step = one_split_and_step(source, "graphcast", "difference step")
     folder = Path(options.output_dir or ".")
     refuse_short_split(source, "graphcast", "diffs_stddev_by_level.nc")
     if stats is None:
         return {folder / name: None for name in GRAPHCAST_FILES}
-    return dict(graphcast_outputs(stats, folder, splits[0], steps[0]))
+    return dict(graphcast_outputs(stats, folder, split, step))
 
 
 def ace_set(
@@ -98,13 +92,7 @@ def ace_set(
     """ACE's files: one split, one residual step, one field with time per variable name."""
     from wxstats.io.formats.ace import ACE_FILES, ace_outputs
 
-    splits, steps = [s.name for s in source.splits], source.diff_steps
-    if len(splits) != 1 or len(steps) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format ace writes the statistics of one split and one residual "
-            f"step (this run has splits {', '.join(splits)} and steps "
-            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
-        )
+    split, step = one_split_and_step(source, "ace", "residual step")
     bad = [
         f"{v.name}: {'no time' if not v.has_time else ', '.join(v.feature_dims)}"
         for v in source.vars
@@ -122,7 +110,20 @@ def ace_set(
     grids = {
         v.name: (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars
     }
-    return dict(ace_outputs(stats, folder, splits[0], steps[0], grids))
+    return dict(ace_outputs(stats, folder, split, step, grids))
+
+
+def one_split_and_step(source: Source, fmt: str, step_word: str) -> tuple[str, int]:
+    """The one split and one difference step a format's set of files holds; else
+    refused in one line saying what this run has."""
+    splits, steps = [s.name for s in source.splits], source.diff_steps
+    if len(splits) != 1 or len(steps) != 1:
+        raise WxstatsError(
+            f"{source.path}: --format {fmt} writes the statistics of one split and one "
+            f"{step_word} (this run has splits {', '.join(splits)} and steps "
+            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
+        )
+    return splits[0], steps[0]
 
 
 def split_lengths(source: Source) -> dict[str, int]:
