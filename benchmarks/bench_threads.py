@@ -92,25 +92,26 @@ def scale(name: str, nbytes: int, threads: list[int], repeat: int, limit, inproc
     return rows
 
 
-def written(path: Path, write) -> Path:  # noqa: ANN001 - write(path) makes the data
-    """``path``, written unless there (under another name until complete, so
-    that an interrupted run is not reused)."""
+def written(path: Path, write, made: list[Path]) -> Path:  # noqa: ANN001 - write(path)
+    """``path``, written (and added to ``made``) unless there; under another
+    name until complete, so that an interrupted run is not reused."""
     if not path.exists():
         partial = path.with_name(path.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         write(partial)
         partial.rename(path)
+        made.append(path)
     return path
 
 
-def meps_rows(work: Path, gb: float, grid, threads: list[int], repeat: int) -> list[dict]:  # noqa: ANN001
+def meps_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path]) -> list[dict]:
+    gb, grid = args.meps_gb, args.grid
     folder = f"meps-{gb:g}gb-{grid[0]}x{grid[1]}"
-    data = written(work / folder, lambda p: write_example(p, spec_for(gb, grid)))
+    data = written(work / folder, lambda p: write_example(p, spec_for(gb, grid)), made)
     config = data / "meps.datastore.yaml"
-    files, out = dataset_files(config), work / "out"
-    out.mkdir(exist_ok=True)
+    files = dataset_files(config)
     return scale(
-        "MEPS (npy)", total_bytes(files), threads, repeat,
+        "MEPS (npy)", total_bytes(files), args.threads, args.repeat,
         limit=lambda t: raw_read(files, t),
         inproc=lambda t: seconds(lambda: wxstats.compute(str(config), threads=t)),
         command=lambda t: wxstats_compute(config, t, out)[0],
@@ -118,16 +119,17 @@ def meps_rows(work: Path, gb: float, grid, threads: list[int], repeat: int) -> l
     )  # fmt: skip
 
 
-def zarr_rows(work: Path, gb: float, threads: list[int], repeat: int) -> list[dict]:
-    store = written(work / f"era5-{gb:g}gb.zarr", lambda p: write_store(p, gb, batch=4))
+def zarr_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path]) -> list[dict]:
+    gb = args.zarr_gb
+    store = written(work / f"era5-{gb:g}gb.zarr", lambda p: write_store(p, gb, batch=4), made)
     group = zarr.open_group(store, mode="r")
     nbytes = sum(a.nbytes for _, a in group.arrays() if a.ndim >= 3)
     return scale(
-        "ERA5-like zarr (zstd)", nbytes, threads, repeat,
+        "ERA5-like zarr (zstd)", nbytes, args.threads, args.repeat,
         limit=lambda t: limit_numcodecs(store, t),
         inproc=lambda t: seconds(lambda: wxstats.compute(str(store), threads=t, diff_steps=(1,))),
-        command=lambda t: run_command(str(store), work, ["--threads", str(t)]),
-        ranks=lambda t: run_command(str(store), work, ["--threads", "1", "--nproc", str(t)]),
+        command=lambda t: run_command(str(store), out, ["--threads", str(t)]),
+        ranks=lambda t: run_command(str(store), out, ["--threads", "1", "--nproc", str(t)]),
     )  # fmt: skip
 
 
@@ -144,21 +146,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the generated data")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
+    out = Path(tempfile.mkdtemp(prefix="wxstats-threads-out-"))  # statistics, overwritten
     work = args.dir or Path(tempfile.mkdtemp(prefix="wxstats-threads-"))
     work.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []  # the data this run wrote (what it reused stays)
     header = (
         f"{cpu_model()}, {cpus} CPUs; python {platform.python_version()}, numpy "
         f"{np.__version__}, numba {numba.__version__}, zarr {zarr.__version__}"
     )
     print(header, flush=True)
     try:
-        rows = meps_rows(work, args.meps_gb, args.grid, args.threads, args.repeat)
-        rows += zarr_rows(work, args.zarr_gb, args.threads, args.repeat)
+        rows = meps_rows(args, work, out, made) + zarr_rows(args, work, out, made)
     finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        if args.keep and made:
+            print(f"kept {', '.join(map(str, made))}")
+        for path in [out] + ([] if args.keep else made):
+            shutil.rmtree(path, ignore_errors=True)
+        if args.dir is None and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)  # this run's own temporary folder
     if args.json:
         args.json.write_text(json.dumps({"machine": header, "rows": rows}, indent=2))
     return 0
