@@ -67,15 +67,16 @@ def seconds(fn) -> float:  # noqa: ANN001 - a callable timed once
     return time.perf_counter() - started
 
 
-def scale(name: str, nbytes: int, threads: list[int], repeat: int, limit, inproc, command, ranks):  # noqa: ANN001
-    """Rows of one format: each callable takes the thread count, returns seconds."""
+def scale(name: str, nbytes: int, args, record, limit, inproc, command, ranks) -> None:  # noqa: ANN001
+    """The rows of one format, each printed and passed to ``record``; ``limit``
+    ... ``ranks`` take the thread count and return seconds."""
+    threads, repeat = args.threads, args.repeat
     limit(max(threads)), inproc(max(threads))  # warm the page cache, compile the kernels
     print(f"\n{name}: {nbytes / GB:.3f} GB float32, best of {repeat}")
     print(f"{'threads':>7} | {'limit s':>8} {'GB/s':>6} | {'in-process s':>12} {'x limit':>7} "
           f"| {'command s':>9} {'x limit':>7} | --nproc t --threads 1 s")  # fmt: skip
-    rows = []
     for t in threads:
-        row = {"format": name, "threads": t}
+        row = {"format": name, "gb": nbytes / GB, "threads": t}
         row["limit_s"] = best(repeat, limit, t)
         row["limit_gbps"] = nbytes / row["limit_s"] / GB
         row["in_process_s"] = best(repeat, inproc, t)
@@ -88,8 +89,7 @@ def scale(name: str, nbytes: int, threads: list[int], repeat: int, limit, inproc
             f"{row['command_s']:9.3f} {row['limit_s'] / row['command_s']:7.3f} | {nproc}",
             flush=True,
         )
-        rows.append(row)
-    return rows
+        record(row)
 
 
 def written(path: Path, write, made: list[Path]) -> Path:  # noqa: ANN001 - write(path)
@@ -98,20 +98,22 @@ def written(path: Path, write, made: list[Path]) -> Path:  # noqa: ANN001 - writ
     if not path.exists():
         partial = path.with_name(path.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
+        started = time.perf_counter()
         write(partial)
         partial.rename(path)
+        print(f"wrote {path} in {time.perf_counter() - started:.0f} s", flush=True)
         made.append(path)
     return path
 
 
-def meps_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path]) -> list[dict]:
+def meps_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path], record) -> None:  # noqa: ANN001
     gb, grid = args.meps_gb, args.grid
     folder = f"meps-{gb:g}gb-{grid[0]}x{grid[1]}"
     data = written(work / folder, lambda p: write_example(p, spec_for(gb, grid)), made)
     config = data / "meps.datastore.yaml"
     files = dataset_files(config)
-    return scale(
-        "MEPS (npy)", total_bytes(files), args.threads, args.repeat,
+    scale(
+        "MEPS (npy)", total_bytes(files), args, record,
         limit=lambda t: raw_read(files, t),
         inproc=lambda t: seconds(lambda: wxstats.compute(str(config), threads=t)),
         command=lambda t: wxstats_compute(config, t, out)[0],
@@ -119,13 +121,13 @@ def meps_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path])
     )  # fmt: skip
 
 
-def zarr_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path]) -> list[dict]:
+def zarr_rows(args: argparse.Namespace, work: Path, out: Path, made: list[Path], record) -> None:  # noqa: ANN001
     gb = args.zarr_gb
     store = written(work / f"era5-{gb:g}gb.zarr", lambda p: write_store(p, gb, batch=4), made)
     group = zarr.open_group(store, mode="r")
     nbytes = sum(a.nbytes for _, a in group.arrays() if a.ndim >= 3)
-    return scale(
-        "ERA5-like zarr (zstd)", nbytes, args.threads, args.repeat,
+    scale(
+        "ERA5-like zarr (zstd)", nbytes, args, record,
         limit=lambda t: limit_numcodecs(store, t),
         inproc=lambda t: seconds(lambda: wxstats.compute(str(store), threads=t, diff_steps=(1,))),
         command=lambda t: run_command(str(store), out, ["--threads", str(t)]),
@@ -155,8 +157,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{np.__version__}, numba {numba.__version__}, zarr {zarr.__version__}"
     )
     print(header, flush=True)
+    rows: list[dict] = []
+
+    def record(row: dict) -> None:
+        """Keep ``row``; the JSON is rewritten after each (a run cut short keeps its rows)."""
+        rows.append(row)
+        if args.json:
+            args.json.write_text(json.dumps({"machine": header, "rows": rows}, indent=2))
+
     try:
-        rows = meps_rows(args, work, out, made) + zarr_rows(args, work, out, made)
+        meps_rows(args, work, out, made, record)
+        zarr_rows(args, work, out, made, record)
     finally:
         if args.keep and made:
             print(f"kept {', '.join(map(str, made))}")
@@ -164,8 +175,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(path, ignore_errors=True)
         if args.dir is None and not args.keep:
             shutil.rmtree(work, ignore_errors=True)  # this run's own temporary folder
-    if args.json:
-        args.json.write_text(json.dumps({"machine": header, "rows": rows}, indent=2))
     return 0
 
 
