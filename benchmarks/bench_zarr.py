@@ -131,7 +131,7 @@ def store_files(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()]
 
 
-def limit_numcodecs(path: Path) -> float:
+def limit_numcodecs(path: Path, threads: int = THREADS) -> float:
     """Seconds to read and decompress every chunk file with numcodecs, in threads."""
     import zarr
     from numcodecs import Zstd
@@ -150,7 +150,7 @@ def limit_numcodecs(path: Path) -> float:
         return float(np.frombuffer(data, dtype=np.float32).sum())
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(THREADS) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         sum(pool.map(one, files))
     return time.perf_counter() - start
 

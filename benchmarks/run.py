@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -117,12 +118,15 @@ def total_bytes(files: list[Path]) -> int:
 
 
 # -- measurements --------------------------------------------------------------
-def raw_read(files: list[Path]) -> float:
-    """Seconds to memory-map and float32-sum every file (the limit)."""
+def raw_read(files: list[Path], threads: int = 1) -> float:
+    """Seconds to memory-map and float32-sum every file (the limit), in ``threads``."""
+
+    def one(path: Path) -> float:
+        return float(np.load(path, mmap_mode="r").sum(dtype=np.float32))
+
     started = time.perf_counter()
-    total = 0.0
-    for path in files:
-        total += float(np.load(path, mmap_mode="r").sum(dtype=np.float32))
+    with ThreadPoolExecutor(threads) as pool:
+        sum(pool.map(one, files))
     return time.perf_counter() - started
 
 
@@ -132,7 +136,9 @@ RAW_CHILD = (
 )
 
 
-def wxstats_compute(config: Path, threads: int, out_dir: Path) -> tuple[float, int]:
+def wxstats_compute(
+    config: Path, threads: int, out_dir: Path, extra: list[str] = ()
+) -> tuple[float, int]:
     wall, rss, _ = run_child(
         [
             sys.executable,
@@ -146,6 +152,7 @@ def wxstats_compute(config: Path, threads: int, out_dir: Path) -> tuple[float, i
             str(out_dir),
             "--overwrite",
             "--quiet",
+            *extra,
         ]
     )
     return wall, rss

@@ -132,3 +132,28 @@ def test_bench_grow_and_bench_parallel_print_their_rows(tmp_path):
                 *("--nproc", "1", "2", "--repeat", "1"), cwd=tmp_path)  # fmt: skip
     rows = re.findall(r"^\s+([12])\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", text, re.M)
     assert [r[0] for r in rows] == ["1", "2"] and all(float(r[1]) > 0 for r in rows), text
+
+
+def test_bench_threads_prints_a_row_per_format_and_thread_count(tmp_path):
+    import json
+
+    out = tmp_path / "rows.json"
+    text = _run("bench_threads.py", *("--meps-gb", "0.003", "--zarr-gb", "0.003"),
+                *("--grid", "20", "30", "--threads", "1", "2", "--repeat", "1"),
+                *("--dir", str(tmp_path / "data"), "--json", str(out)), cwd=tmp_path)  # fmt: skip
+    number = r"\s+([0-9.]+)"
+    rows = re.findall(r"^\s+([12]) \|" + 2 * number + r" \|" + 2 * number + r" \|"
+                      + 2 * number + r" \|\s+(\S+)$", text, re.M)  # fmt: skip
+    assert [r[0] for r in rows] == ["1", "2", "1", "2"], text  # MEPS, then zarr
+    assert all(float(x) > 0 for r in rows for x in r[1:7]), text
+    assert [r[7] for r in rows] == ["-", rows[1][7], "-", rows[3][7]] and float(rows[3][7]) > 0
+    saved = json.loads(out.read_text())["rows"]
+    assert [(r["format"].split()[0], r["threads"]) for r in saved] == [
+        ("MEPS", 1), ("MEPS", 2), ("ERA5-like", 1), ("ERA5-like", 2)
+    ]  # fmt: skip
+    for printed, row in zip(rows, saved, strict=True):
+        assert float(printed[1]) == pytest.approx(row["limit_s"], abs=6e-4)
+        assert float(printed[3]) == pytest.approx(row["in_process_s"], abs=6e-4)
+        assert float(printed[5]) == pytest.approx(row["command_s"], abs=6e-4)
+        assert (printed[7] == "-") == (row["nproc_s"] is None)
+    assert not list((tmp_path / "data").iterdir())  # what it wrote is removed without --keep
