@@ -101,6 +101,20 @@ def test_plain_in_memory_dataset_with_options(data):
     assert stats.attrs["dataset"] == "xarray.Dataset"
 
 
+def test_climatology_and_coslat_weights_of_a_dask_dataset(tmp_path):
+    """``by`` and ``weights="coslat"`` as for a path, byte for byte; the hour coordinate."""
+    ds, _ = gridded()
+    lat = np.linspace(60, 40, 6)
+    ds = ds.assign_coords(lat=("y", lat, {"units": "degrees_north"}))
+    ds.to_netcdf(tmp_path / "lat.nc")
+    opts = {"by": "hour", "weights": "coslat", "variables": ["t2m", "z"]}
+    given = wxstats.compute(ds.chunk(time=5), **opts)
+    assert _values(given) == _values(wxstats.compute(tmp_path / "lat.nc", **opts))
+    out = given.to_xarray()
+    assert list(out["hour"].values) == list(range(24))
+    assert out["t2m__train__mean"].dims == ("hour",)
+
+
 def test_to_xarray_equals_the_written_file(data, tmp_path):
     root, _, _ = data
     out = tmp_path / "stats.nc"
