@@ -4,6 +4,7 @@ glob of netCDF files; one clear line for whatever goes wrong."""
 from __future__ import annotations
 
 import glob as globlib
+import os
 import re
 import warnings
 from pathlib import Path
@@ -56,7 +57,7 @@ def given_dataset(dataset: Any) -> Any:
     (``.isel(time=...).values``: dask computes each block's slab), and taken as they
     come: what xarray decoded (``mask_and_scale``: float32 from packed int16) is not
     decoded again, whereas a path's packed integers are decoded in float64 here."""
-    if isinstance(dataset, (str, Path)):
+    if isinstance(dataset, (str, os.PathLike)):
         return None
     import xarray as xr
 
