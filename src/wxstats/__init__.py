@@ -12,7 +12,9 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     in this process, nothing written; returns a :class:`wxstats.core.stats.Stats`.
 
     ``path``: a neural-lam MEPS datastore YAML, a zarr store (folder or URL), a
-    netCDF file or a quoted glob of them, or an anemoi dataset. Keyword options
+    netCDF file or a quoted glob of them, an anemoi dataset, or an
+    ``xarray.Dataset`` already open (``open_mfdataset`` with ``preprocess``,
+    dask-backed or in memory; its values taken as xarray decoded them). Keyword options
     (the command's flags; each one only where it applies):
 
     - ``split``: a MEPS split folder (default ``train``), or ``"NAME=START/END"``;

@@ -17,11 +17,13 @@ Everything describing the run rather than the data lives in ``Stats.run``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from wxstats.core.errors import WxstatsError
 from wxstats.core.timespan import diff_label, span_name, step_text
 
 CATEGORIES = ("state", "forcing", "static")
@@ -239,6 +241,29 @@ class Stats:
     def to_summary(self) -> dict[str, Any]:
         """The JSON summary (see :func:`summary_dict`)."""
         return summary_dict(self)
+
+    def to_xarray(self) -> Any:
+        """The statistics as a labelled ``xarray.Dataset``: the ``{var}__{split}__{op}``
+        variables, coordinates and attributes of the statistics file a run writes,
+        in memory. Built by the statistics file's own layout
+        (:func:`wxstats.io.formats.netcdf.stats_dataset`, registered with
+        :func:`dataset_builder`): core knows no file layout."""
+        if not _DATASET_BUILDER:
+            raise WxstatsError(
+                "Stats.to_xarray needs the statistics file layout: import wxstats.io.read first"
+            )
+        return _DATASET_BUILDER[0](self)
+
+
+_DATASET_BUILDER: list[Callable[[Stats], Any]] = []
+
+
+def dataset_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
+    """Register what :meth:`Stats.to_xarray` calls (the io layer's statistics file
+    layout, registered when that module is imported: every ``Stats`` that
+    ``wxstats.compute`` or ``wxstats.read`` returns has imported it)."""
+    _DATASET_BUILDER[:] = [build]
+    return build
 
 
 def concatenate(name: str, streams: list[StreamStats], split: str | None = None) -> StreamStats:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,10 +46,13 @@ def _is_meps(dataset: str) -> bool:
     return dataset.endswith((".yaml", ".yml"))
 
 
-def open_source(options: ComputeOptions) -> Source:
+def open_source(options: ComputeOptions, given: Any = None) -> Source:
     """The source for ``options.dataset``: a neural-lam datastore YAML, else
-    xarray (zarr store, netCDF file, glob of netCDF files)."""
-    if _is_meps(options.dataset):
+    xarray (zarr store, netCDF file, glob of netCDF files); ``given``: an
+    ``xarray.Dataset`` the caller opened, read in place of a path (``wxstats.compute``)."""
+    if given is not None:
+        pass
+    elif _is_meps(options.dataset):
         from wxstats.sources.meps import MepsSource
 
         if len(options.splits) > 1:
@@ -64,7 +68,7 @@ def open_source(options: ComputeOptions) -> Source:
         )
     from wxstats.sources.anemoi import is_anemoi
 
-    if is_anemoi(options.dataset):
+    if given is None and is_anemoi(options.dataset):
         from wxstats.runtime.anemoi_outputs import open_anemoi
 
         return open_anemoi(options)
@@ -105,7 +109,7 @@ def open_source(options: ComputeOptions) -> Source:
         )
     block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
     return XarraySource(
-        options.dataset,
+        options.dataset if given is None else given,
         XarrayOptions(
             splits=options.splits,
             period=options.period,

@@ -150,15 +150,17 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def compute(path: str | Path, **options: Any) -> Stats:
+def compute(path: str | Path | Any, **options: Any) -> Stats:
     """Statistics of the dataset at ``path`` (one process, nothing written;
     ``threads`` as ``--threads``, by default the available CPUs, at most 8).
+    ``path`` may be an ``xarray.Dataset`` already open (see docs/api.md).
 
     >>> stats = wxstats.compute("meps.datastore.yaml", split="train")
     >>> stats.state.mean, stats.state.diff[3].std
     """
-    opts = ComputeOptions.of(path, **options)
-    source = open_source(opts)
+    given = None if isinstance(path, (str, os.PathLike)) else path
+    opts = ComputeOptions.of("" if given is not None else path, **options)
+    source = open_source(opts, given)
     # the command's default (the bits never depend on it): a notebook is as fast as the shell
     return compute_source(source, skipna=opts.skipna, threads=opts.threads or default_threads())
 

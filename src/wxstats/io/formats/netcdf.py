@@ -28,6 +28,7 @@ from wxstats.core.stats import (
     Stats,
     StreamLayout,
     StreamStats,
+    dataset_builder,
     weighting,
 )
 from wxstats.core.timespan import span_seconds
@@ -129,8 +130,10 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
     return data_vars, coords, attrs
 
 
+@dataset_builder
 def stats_dataset(stats: Stats):
-    """The statistics as an ``xarray.Dataset`` (see module docstring)."""
+    """The statistics as an ``xarray.Dataset`` (see module docstring): what
+    :meth:`Stats.to_xarray` returns, and what :func:`netcdf_writer` writes."""
     import xarray as xr
 
     data_vars, coords, attrs = stats_variables(stats)

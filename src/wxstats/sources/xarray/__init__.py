@@ -37,7 +37,16 @@ from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
-from wxstats.sources.xarray.open import first_line, is_url, is_zarr, open_parts, output_stem
+from wxstats.sources.xarray.open import (
+    GIVEN,
+    GIVEN_DECODING,
+    first_line,
+    given_dataset,
+    is_url,
+    is_zarr,
+    open_parts,
+    output_stem,
+)
 from wxstats.sources.xarray.timeaxis import (
     along_time,
     check_sorted,
@@ -86,12 +95,17 @@ class XarraySource:
     work_unit = "time block"
     exact_per_step = True
 
-    def __init__(self, path: str | Path, options: XarrayOptions | None = None) -> None:
+    def __init__(self, path: str | Path | Any, options: XarrayOptions | None = None) -> None:
+        """``path``: what the user named (see :mod:`.open`), or an ``xarray.Dataset``
+        already open, read through xarray as it is (see :func:`.open.given_dataset`)."""
         self.options = options or XarrayOptions()
-        self.path = str(path)
         self.time_dim = self.options.time_dim
         storage = dict(self.options.storage_options)
-        self.parts = along_time(open_parts(self.path, storage), self.time_dim, self.path)
+        given = given_dataset(path)
+        self.given = given is not None
+        self.path = GIVEN if self.given else str(path)
+        opened = [(GIVEN, given)] if self.given else open_parts(self.path, storage)
+        self.parts = along_time(opened, self.time_dim, self.path)
         first = self.parts[0].ds
         self.is_mdp = is_mdp(first)
         self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
@@ -120,7 +134,9 @@ class XarraySource:
         )
         self._decodings = {
             (i, v.name): decoding(
-                p.ds.variables[v.name], f"{p.path}: variable {v.name}", not is_zarr(p.path)
+                p.ds.variables[v.name],
+                f"{p.path}: variable {v.name}",
+                not self.given and not is_zarr(p.path),
             )
             for i, p in enumerate(self.parts)
             for v in self.vars
@@ -160,9 +176,9 @@ class XarraySource:
 
     def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
         """Chunk-by-chunk reading for a zarr store or one local netCDF4/HDF5 file
-        (see :mod:`.chunks`); other files (netCDF3, a glob of files) are read
-        through xarray's backend."""
-        if len(self.parts) != 1:
+        (see :mod:`.chunks`); other files (netCDF3, a glob of files) and a given
+        Dataset are read through xarray."""
+        if len(self.parts) != 1 or self.given:
             return None
         if is_zarr(self.path):
             try:
@@ -213,7 +229,9 @@ class XarraySource:
             "variables": ",".join(v.name for v in self.vars),
             "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
             "reduced_dims": ",".join(sorted({d for v in self.vars for d in v.grid_dims})),
-            "decoding": "packed integers decoded in float64 as raw * scale_factor + add_offset; "
+            "decoding": GIVEN_DECODING
+            if self.given
+            else "packed integers decoded in float64 as raw * scale_factor + add_offset; "
             "_FillValue and missing_value are NaN; netCDF default fills without _FillValue refused",
             "diff_definition": "x[t] - x[t-k] over pairs with both times inside the split",
         }
@@ -347,7 +365,7 @@ class XarraySource:
         return (block.stop - block.first) * per_step + (static if index == 0 else 0)
 
     def inputs(self) -> list[str]:
-        return [p.path for p in self.parts if not is_url(p.path)]
+        return [] if self.given else [p.path for p in self.parts if not is_url(p.path)]
 
     def identity(self, files: bool = True) -> dict[str, Any]:
         """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`):
@@ -388,7 +406,7 @@ class XarraySource:
             "files": stored(
                 [p.path for p in self.parts], [v.name for v in self.vars] + [self.time_dim]
             )
-            if files
+            if files and not self.given
             else {},
         }
 
@@ -412,5 +430,7 @@ class XarraySource:
     def close(self) -> None:
         if self._chunks is not None:
             self._chunks.close()
+        if self.given:
+            return  # the caller's Dataset stays open for the caller
         for p in self.parts:
             p.ds.close()

@@ -39,6 +39,10 @@ def chunk_bounds(parts: list[Part], variables: list[Variable], time_dim: str) ->
             if not v.has_time:
                 continue
             var = p.ds.variables[v.name]
+            if var.chunks:  # a dask-backed Dataset given by the caller: its dask chunks
+                edges = np.cumsum((0, *var.chunks[var.dims.index(time_dim)]))
+                bounds.update(p.start + int(e) for e in edges)
+                continue
             enc = var.encoding
             size = (enc.get("preferred_chunks") or {}).get(time_dim)
             if enc.get("contiguous"):

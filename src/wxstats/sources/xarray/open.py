@@ -4,6 +4,7 @@ glob of netCDF files; one clear line for whatever goes wrong."""
 from __future__ import annotations
 
 import glob as globlib
+import os
 import re
 import warnings
 from pathlib import Path
@@ -38,6 +39,34 @@ def is_zarr(text: str) -> bool:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+GIVEN = "xarray.Dataset"
+"""How errors and attributes name a Dataset given already open (it has no path)."""
+GIVEN_DECODING = (
+    "values as the given xarray.Dataset holds them (decoded by xarray when it was opened "
+    "with mask_and_scale; packing and fill attributes still on a variable are decoded in "
+    "float64 as for a file)"
+)
+
+
+def given_dataset(dataset: Any) -> Any:
+    """``dataset`` if it is an ``xarray.Dataset`` opened by the caller (any way: a
+    file, ``open_mfdataset`` with ``preprocess``, dask-backed or in memory); ``None``
+    for a path. Its values are read through xarray, a block at a time
+    (``.isel(time=...).values``: dask computes each block's slab), and taken as they
+    come: what xarray decoded (``mask_and_scale``: float32 from packed int16) is not
+    decoded again, whereas a path's packed integers are decoded in float64 here."""
+    if isinstance(dataset, (str, os.PathLike)):
+        return None
+    import xarray as xr
+
+    if isinstance(dataset, xr.Dataset):
+        return dataset
+    hint = " (DataArray.to_dataset() makes one)" if isinstance(dataset, xr.DataArray) else ""
+    raise InputError(
+        f"the dataset must be a path or an xarray.Dataset, not {type(dataset).__name__}{hint}"
+    )
 
 
 def open_one(text: str, storage_options: dict[str, Any] | None = None):

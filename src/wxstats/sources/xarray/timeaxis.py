@@ -57,7 +57,7 @@ def time_values(ds: Any, time_dim: str, where: str) -> np.ndarray:
     if time_dim not in ds.dims:
         raise InputError(
             f"{where}: no dimension {time_dim!r} (dimensions: {', '.join(map(str, ds.dims))}); "
-            "name the time dimension with --time-dim"
+            "name the time dimension with --time-dim (Python: time_dim=)"
         )
     if time_dim in ds.indexes:
         return np.asarray(ds.indexes[time_dim])
