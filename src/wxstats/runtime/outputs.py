@@ -68,7 +68,21 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
         )
     from wxstats.sources.anemoi import is_anemoi
 
-    if given is None and is_anemoi(options.dataset):
+    anemoi = given is None and is_anemoi(options.dataset)
+    if options.pool and (anemoi or options.write_into or options.by):
+        what = "--write-into" if options.write_into else ("--by" if options.by else "")
+        what = what or "an anemoi dataset (its statistics are per variable already)"
+        raise WxstatsError(
+            f"{options.dataset}: --pool {','.join(options.pool)} is written to a statistics "
+            f"file (--output, --summary); not with {what}"
+        )
+    if options.pool and options.output_format != "netcdf":
+        raise WxstatsError(
+            f"{options.dataset}: --pool {','.join(options.pool)}: --format "
+            f"{options.output_format} has no place for pooled statistics; write a statistics "
+            "file (--output, --summary)"
+        )
+    if anemoi:
         from wxstats.runtime.anemoi_outputs import open_anemoi
 
         return open_anemoi(options)
@@ -123,6 +137,7 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
             feature_dims=options.feature_dims,
+            pool=options.pool,
             block_bytes=block,
             storage_options=options.storage_options,
             io_threads=options.threads or 0,
@@ -161,6 +176,27 @@ def template_stats(source: Source, skipna: bool) -> Stats:
             layout=spec.layout,
             time_mean=np.full((cells, n), np.nan) if cells else None,
         )
+        pool = spec.pooled
+        if pool is not None:
+            p = len(pool.features)
+            nan, one, zero = np.full(p, np.nan), np.ones(p), np.zeros(p, np.int64)
+            streams[pool.name] = StreamStats(
+                name=pool.name,
+                features=list(pool.features),
+                units=list(pool.units),
+                mean=nan,
+                std=one,
+                count=zero,
+                minimum=nan,
+                maximum=nan,
+                nan_count=zero,
+                diff={
+                    k: DiffStats(mean=nan, std=one, count=zero, minimum=nan, maximum=nan)
+                    for k in diff
+                },
+                long_names=list(pool.long_names),
+                layout=pool.layout,
+            )
     attrs = {**source.attrs, "skipna": int(skipna)}
     return Stats(source.kind, streams, attrs=attrs, run={"wxstats_version": __version__})
 
@@ -175,6 +211,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--write-into": options.write_into,
         "--format": options.output_format != "netcdf",
         "--by": options.by,
+        "--pool": options.pool,
         "--weights": options.weights,
         "--block-mb": options.block_mb,
         "--storage-option": options.storage_options,
