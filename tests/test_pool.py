@@ -143,3 +143,17 @@ def test_refused_before_reading(store, tmp_path, capsys, extra, message):
     out = tmp_path / "r.nc"
     args = ["compute", str(path), "--output", str(out), "--quiet", *extra]
     assert_refused(capsys, tmp_path, args, message)
+
+
+def test_a_state_keeps_the_pooling(store, tmp_path):
+    """``merge`` of a state written with ``--pool`` writes the same pooled statistics."""
+    path, _ = store
+    direct, state, merged = tmp_path / "d.nc", tmp_path / "s.wxstate", tmp_path / "m.nc"
+    _run(path, direct, "--state", str(state))
+    assert main(["merge", str(state), "--output", str(merged), "--quiet"]) == 0
+    with xr.open_dataset(direct) as a, xr.open_dataset(merged) as b:
+        names = [n for n in a.data_vars if n.startswith("t_pooled")]
+        assert names == [n for n in b.data_vars if n.startswith("t_pooled")]
+        for name in names:
+            assert a[name].values.tobytes() == b[name].values.tobytes(), name
+        assert b["t_pooled__train__std"].attrs["pooled over"] == "level"
