@@ -157,3 +157,30 @@ def test_a_state_keeps_the_pooling(store, tmp_path):
         for name in names:
             assert a[name].values.tobytes() == b[name].values.tobytes(), name
         assert b["t_pooled__train__std"].attrs["pooled over"] == "level"
+
+
+def test_pooled_over_one_of_two_feature_dimensions(tmp_path):
+    """``--pool level`` of ``q(time, level, member, ...)`` stays along ``member``."""
+    rng = np.random.default_rng(3)
+    q = (
+        rng.standard_normal((12, 3, 2, 4, 5)) * np.array([1.0, 10.0, 100.0])[:, None, None, None]
+        + 7
+    )
+    q[:, 2][rng.random(q[:, 2].shape) < 0.5] = np.nan
+    ds = xr.Dataset(
+        {"q": (("time", "level", "member", "y", "x"), q)},
+        coords={"time": np.arange(12), "level": LEVELS, "member": [3, 9]},
+    )
+    ds.to_zarr(tmp_path / "q.zarr")
+    out = tmp_path / "q.nc"
+    args = ["--feature-dims", "level,member", "--split", "train=0/11"]
+    _run(tmp_path / "q.zarr", out, *args)
+    pooled = read_stats(out).streams["q_pooled__train"]
+    assert pooled.features == ["q_pooled_3", "q_pooled_9"]
+    for m in range(2):
+        count, mean, std = _reference(q[:, :, m], np.ones((4, 5)))
+        assert int(pooled.count[m]) == count
+        np.testing.assert_allclose([pooled.mean[m], pooled.std[m]], [mean, std], rtol=1e-12)
+    with xr.open_dataset(out) as f:
+        assert f["q_pooled__train__mean"].dims == ("member",)
+        assert list(f["member"].values) == [3, 9]
