@@ -107,7 +107,9 @@ def test_pooled_statistics_are_exact_where_the_equal_count_formula_is_not(store,
         assert ds["t_pooled__train__mean"].attrs["pooled over"] == "level"
         assert ds["t_pooled__train__mean"].dims == ()
         assert ds["t_pooled__train__mean"].attrs["units"] == "m2 s-2"
+        assert ds.attrs["source_pooled_over"] == "level"
     entry = json.loads(summary.read_text())
+    assert entry["source"]["pooled_over"] == "level"
     i = entry["variables"].index("t_pooled")
     assert entry["state"]["mean"][i] == float(pooled.mean[0])
     assert entry["state"]["std"][i] == float(pooled.std[0])

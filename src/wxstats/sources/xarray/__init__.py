@@ -233,6 +233,7 @@ class XarraySource:
             ),
             **({"statistics_period": self._period_text()} if self.options.period else {}),
             **({"climatology": f"by {self.options.by}"} if self.options.by else {}),
+            **({"pooled_over": ",".join(self.options.pool)} if self.options.pool else {}),
             "weights": self.weight_field.describe() if self.weight_field else "none (unweighted)",
             "diff_steps": ",".join(map(str, self.diff_steps)),
             "variables": ",".join(v.name for v in self.vars),
