@@ -188,6 +188,16 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "*_feature and vertical-level dimensions; '' for none); all others are reduced",
     )
     z.add_argument(
+        "--pool",
+        type=names,
+        action="append",
+        metavar="DIM,...",
+        help="also the statistics of each variable over all entries of these feature "
+        "dimensions together (e.g. level: one mean and std per variable, as anemoi's joint "
+        "normalizer), exact whatever the counts per level; written as {var}_pooled__{split}__"
+        "{op} and in the summary",
+    )
+    z.add_argument(
         "--output", type=Path, metavar="FILE.nc", help="the statistics file (netCDF, float64)"
     )
     z.add_argument(
@@ -323,6 +333,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         time_dim=args.time_dim,
         diff_steps=args.diff_steps,
         feature_dims=args.feature_dims,
+        pool=tuple(dict.fromkeys(d for group in args.pool or () for d in group if d)),
         output=args.output,
         write_into=args.write_into,
         output_format=args.output_format,

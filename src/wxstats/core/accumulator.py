@@ -12,6 +12,7 @@ packed after every stream's moments.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,6 +97,36 @@ class StreamMoments:
 
     def parts(self) -> list[Moments]:
         return [self.values] + [self.diffs[k] for k in sorted(self.diffs)]
+
+
+def pooled_stats(
+    spec: StreamSpec, moments: StreamMoments, ref: StreamReference, steps: Iterable[int | None]
+) -> StreamStats:
+    """The statistics of ``spec.pooled``'s groups of features taken together, of
+    the values and of the differences of ``steps`` (those with pairs)."""
+    pool = spec.pooled
+    groups = [list(g) for g in pool.groups]
+    count, mean, std, minimum, maximum = moments.values.pooled(ref.values, groups)
+    nans = np.array([int(moments.values.nan_count[g].sum()) for g in groups], dtype=np.int64)
+    diff: dict[int | None, DiffStats] = {}
+    for k in steps:
+        d_count, d_mean, d_std, d_min, d_max = moments.diffs[k].pooled(ref.diffs[k], groups)
+        diff[k] = DiffStats(d_mean, d_std, d_count, minimum=d_min, maximum=d_max)
+    return StreamStats(
+        name=pool.name,
+        features=list(pool.features),
+        units=list(pool.units),
+        mean=mean,
+        std=std,
+        count=count,
+        minimum=minimum,
+        maximum=maximum,
+        nan_count=nans,
+        diff=diff,
+        long_names=list(pool.long_names),
+        layout=pool.layout,
+        diff_span={k: v for k, v in spec.diff_span.items() if k in diff},
+    )
 
 
 @dataclass
@@ -257,4 +288,7 @@ class RunMoments:
                 layout=spec.layout,
                 time_mean=self._time_mean(spec, refs[spec.name]),
             )
+            if spec.pooled is not None:
+                pooled = pooled_stats(spec, moments, refs[spec.name], diff)
+                streams[pooled.name] = pooled
         return Stats(source_kind=source_kind, streams=streams, warnings=notes)

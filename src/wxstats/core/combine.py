@@ -214,6 +214,47 @@ class Moments:
             std[f] = sqrt_correctly_rounded(max(variance, Fraction(0)))
         return mean, std
 
+    def raw_sums(self, reference: Reference, f: int) -> tuple[int | Fraction, Fraction, Fraction]:
+        """Feature ``f``'s exact divisor, sum of ``x`` and sum of ``x²`` (weighted:
+        of ``w x`` and ``w x²``), undoing its shift ``K`` and scale ``S``:
+        ``n K + S Σy`` and ``n K² + 2 K S Σy + S² Σy²``."""
+        n = self.divisor(f)
+        shift = Fraction(float(reference.shift[f]))
+        scale = Fraction(float(reference.scale[f]))
+        s1 = fixed_to_fraction(self.sum1[f])
+        s2 = fixed_to_fraction(self.sum2[f])
+        return (
+            n,
+            n * shift + scale * s1,
+            n * shift * shift + 2 * shift * scale * s1 + scale * scale * s2,
+        )
+
+    def pooled(
+        self, reference: Reference, groups: list[list[int]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(count, mean, std, min, max) of each group of features taken as one
+        (anemoi's joint normalizer: all levels of a variable), from the exact raw
+        sums of its features (each with its own reference) added as rationals and
+        rounded once; exact whatever the counts (or weights) of the features."""
+        g = len(groups)
+        count = np.zeros(g, dtype=np.int64)
+        mean, std = np.full(g, np.nan), np.full(g, np.nan)
+        minimum, maximum = np.full(g, np.nan), np.full(g, np.nan)
+        for i, members in enumerate(groups):
+            n, sx, sxx = 0, Fraction(0), Fraction(0)
+            for f in members:
+                nf, sxf, sxxf = self.raw_sums(reference, f)
+                n, sx, sxx = n + nf, sx + sxf, sxx + sxxf
+            count[i] = int(self.count[members].sum())
+            if count[i] > 0:
+                minimum[i] = float(self.minimum[members].min())
+                maximum[i] = float(self.maximum[members].max())
+            if n == 0:
+                continue
+            mean[i] = float(sx / n)
+            std[i] = sqrt_correctly_rounded(max((sxx * n - sx * sx) / (n * n), Fraction(0)))
+        return count, mean, std, minimum, maximum
+
     # -- fixed-size packing for the gather and checkpoints ---------------------
     def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(int64 words summed across ranks, float64 minima, float64 maxima)."""

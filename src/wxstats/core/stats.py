@@ -54,6 +54,8 @@ class StreamLayout:
     coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     category: str = "state"
     unit_attribute: bool = True
+    attrs: dict[str, str] = field(default_factory=dict)
+    """Attributes of every statistic of the stream in a file (``pooled over``)."""
 
 
 def flat_layout(
@@ -90,6 +92,22 @@ def weighting(attrs: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Pooling:
+    """A stream's features taken together over some of its feature dimensions
+    (``--pool level``): one pooled statistic per group of features, written as
+    the stream ``name`` laid out along the remaining dimensions."""
+
+    name: str
+    dims: tuple[str, ...]
+    groups: tuple[tuple[int, ...], ...]
+    """The features of the stream in each pooled feature (C order of the rest)."""
+    features: list[str]
+    units: list[str]
+    long_names: list[str]
+    layout: StreamLayout
+
+
+@dataclass(frozen=True)
 class StreamSpec:
     """One group of features reduced together, as a source declares it."""
 
@@ -107,6 +125,8 @@ class StreamSpec:
     diff_span: dict[int, int] = field(default_factory=dict)
     """Seconds of the time span of each difference step, where the source knows it
     (see :attr:`StreamStats.diff_span`)."""
+    pooled: Pooling | None = None
+    """Also the statistics of groups of its features taken together (``--pool``)."""
 
 
 @dataclass

@@ -43,6 +43,8 @@ class ComputeOptions:
     time_dim: str = "time"
     diff_steps: tuple[int, ...] | None = None
     feature_dims: tuple[str, ...] | None = None
+    pool: tuple[str, ...] = ()
+    """zarr/netCDF: feature dimensions (``level``) each variable is also pooled over."""
     block_mb: float | None = None
     storage_options: tuple[tuple[str, Any], ...] = ()
     """fsspec options of a URL (``endpoint_url``, ``anon``, ``key``...); never recorded."""
@@ -86,10 +88,10 @@ class ComputeOptions:
     """The command line, for ``--nproc`` to start its ranks with."""
 
     def __post_init__(self) -> None:
-        for name in ("splits", "variables", "diff_steps", "feature_dims", "argv"):
+        for name in ("splits", "variables", "diff_steps", "feature_dims", "pool", "argv"):
             value = _tuple(getattr(self, name))
             object.__setattr__(
-                self, name, () if value is None and name in ("splits", "argv") else value
+                self, name, () if value is None and name in ("splits", "pool", "argv") else value
             )
         if isinstance(self.storage_options, dict):
             object.__setattr__(self, "storage_options", tuple(self.storage_options.items()))

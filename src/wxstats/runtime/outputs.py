@@ -19,7 +19,7 @@ import numpy as np
 
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Prepared, Writer, prepare_all
 from wxstats.io.formats.netcdf import netcdf_writer
 from wxstats.io.formats.summary import summary_writer
@@ -68,7 +68,21 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
         )
     from wxstats.sources.anemoi import is_anemoi
 
-    if given is None and is_anemoi(options.dataset):
+    anemoi = given is None and is_anemoi(options.dataset)
+    if options.pool and (anemoi or options.write_into or options.by):
+        what = "--write-into" if options.write_into else ("--by" if options.by else "")
+        what = what or "an anemoi dataset (its statistics are per variable already)"
+        raise WxstatsError(
+            f"{options.dataset}: --pool {','.join(options.pool)} is written to a statistics "
+            f"file (--output, --summary); not with {what}"
+        )
+    if options.pool and options.output_format != "netcdf":
+        raise WxstatsError(
+            f"{options.dataset}: --pool {','.join(options.pool)}: --format "
+            f"{options.output_format} has no place for pooled statistics; write a statistics "
+            "file (--output, --summary)"
+        )
+    if anemoi:
         from wxstats.runtime.anemoi_outputs import open_anemoi
 
         return open_anemoi(options)
@@ -123,6 +137,7 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
             time_dim=options.time_dim,
             diff_steps=options.diff_steps or None,
             feature_dims=options.feature_dims,
+            pool=options.pool,
             block_bytes=block,
             storage_options=options.storage_options,
             io_threads=options.threads or 0,
@@ -130,37 +145,58 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
     )
 
 
+def _placeholder(
+    name: str,
+    features: list[str],
+    units: list[str],
+    long_names: list[str],
+    layout: StreamLayout | None,
+    steps: list[int],
+    cells: int = 0,
+) -> StreamStats:
+    """A stream with placeholder values (std 1, not 0: a divisor a writer would refuse)."""
+    n = len(features)
+    nan, one, zero = np.full(n, np.nan), np.ones(n), np.zeros(n, np.int64)
+    return StreamStats(
+        name=name,
+        features=list(features),
+        units=list(units),
+        mean=nan,
+        std=one,
+        count=zero,
+        minimum=nan,
+        maximum=nan,
+        nan_count=zero,
+        diff={k: DiffStats(mean=nan, std=one, count=zero, minimum=nan, maximum=nan) for k in steps},
+        long_names=list(long_names),
+        layout=layout,
+        time_mean=np.full((cells, n), np.nan) if cells else None,
+    )
+
+
 def template_stats(source: Source, skipna: bool) -> Stats:
     """Statistics shaped as the run's will be (streams, features, layouts, the
-    difference steps each split can have, attributes), with placeholder values:
-    what every output is prepared from before any data is read."""
+    difference steps each split can have, pooled streams, attributes), with
+    placeholder values: what every output is prepared from before any data is read."""
     lengths = split_lengths(source)
     streams = {}
     for spec in source.streams:
-        n = len(spec.features)
-        nan, one, zero = np.full(n, np.nan), np.ones(n), np.zeros(n, np.int64)
-        steps = lengths.get(spec.layout.split) if spec.layout is not None else None
-        diff: dict[int | None, DiffStats] = {
-            k: DiffStats(mean=nan, std=one, count=zero, minimum=nan, maximum=nan)
-            for k in spec.diff_steps
-            if steps is None or steps > k
-        }
-        cells = spec.cell_grid_points
-        streams[spec.name] = StreamStats(
-            name=spec.name,
-            features=list(spec.features),
-            units=list(spec.units),
-            mean=nan,
-            std=one,  # not 0: a divisor a writer would refuse
-            count=zero,
-            minimum=nan,
-            maximum=nan,
-            nan_count=zero,
-            diff=diff,
-            long_names=list(spec.long_names),
-            layout=spec.layout,
-            time_mean=np.full((cells, n), np.nan) if cells else None,
+        length = lengths.get(spec.layout.split) if spec.layout is not None else None
+        steps = [k for k in spec.diff_steps if length is None or length > k]
+        streams[spec.name] = _placeholder(
+            spec.name,
+            spec.features,
+            spec.units,
+            spec.long_names,
+            spec.layout,
+            steps,
+            spec.cell_grid_points,
         )
+        pool = spec.pooled
+        if pool is not None:
+            streams[pool.name] = _placeholder(
+                pool.name, pool.features, pool.units, pool.long_names, pool.layout, steps
+            )
     attrs = {**source.attrs, "skipna": int(skipna)}
     return Stats(source.kind, streams, attrs=attrs, run={"wxstats_version": __version__})
 
@@ -175,6 +211,7 @@ def _refuse_xarray_options(options: ComputeOptions) -> None:
         "--write-into": options.write_into,
         "--format": options.output_format != "netcdf",
         "--by": options.by,
+        "--pool": options.pool,
         "--weights": options.weights,
         "--block-mb": options.block_mb,
         "--storage-option": options.storage_options,

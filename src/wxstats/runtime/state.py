@@ -25,7 +25,7 @@ from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.combine import Reference, StreamReference
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import StreamLayout, StreamSpec
+from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
 from wxstats.runtime.identity import VERSION, first_difference, run_identity
@@ -101,41 +101,30 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _spec_json(spec: StreamSpec) -> dict[str, Any]:
-    layout = spec.layout
-    assert layout is not None
+def _layout_json(layout: StreamLayout) -> dict[str, Any]:
     coords = {
         name: [list(c[0]), np.asarray(c[1]).tolist(), np.asarray(c[1]).dtype.str]
         + ([{k: _plain(v) for k, v in c[2].items()}] if len(c) > 2 else [])
         for name, c in layout.coords.items()
     }
     return {
-        "name": spec.name,
-        "features": list(spec.features),
-        "units": list(spec.units),
-        "diff_steps": list(spec.diff_steps),
-        "diff_span": {str(k): v for k, v in spec.diff_span.items()},
-        "long_names": list(spec.long_names),
-        "weighted": bool(spec.weighted),
-        "layout": {
-            "prefix": layout.prefix,
-            "split": layout.split,
-            "feature_dims": list(layout.feature_dims),
-            "feature_shape": list(layout.feature_shape),
-            "coords": coords,
-            "category": layout.category,
-            "unit_attribute": layout.unit_attribute,
-        },
+        "prefix": layout.prefix,
+        "split": layout.split,
+        "feature_dims": list(layout.feature_dims),
+        "feature_shape": list(layout.feature_shape),
+        "coords": coords,
+        "category": layout.category,
+        "unit_attribute": layout.unit_attribute,
+        **({"attrs": dict(layout.attrs)} if layout.attrs else {}),
     }
 
 
-def _spec_of(d: dict[str, Any]) -> StreamSpec:
-    lay = d["layout"]
+def _layout_of(lay: dict[str, Any]) -> StreamLayout:
     coords = {
         name: (tuple(c[0]), np.asarray(c[1], dtype=np.dtype(c[2])), *c[3:])
         for name, c in lay["coords"].items()
     }
-    layout = StreamLayout(
+    return StreamLayout(
         prefix=lay["prefix"],
         split=lay["split"],
         feature_dims=tuple(lay["feature_dims"]),
@@ -143,16 +132,59 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
         coords=coords,
         category=lay["category"],
         unit_attribute=bool(lay["unit_attribute"]),
+        attrs=dict(lay.get("attrs", {})),
     )
+
+
+def _spec_json(spec: StreamSpec) -> dict[str, Any]:
+    assert spec.layout is not None
+    out = {
+        "name": spec.name,
+        "features": list(spec.features),
+        "units": list(spec.units),
+        "diff_steps": list(spec.diff_steps),
+        "diff_span": {str(k): v for k, v in spec.diff_span.items()},
+        "long_names": list(spec.long_names),
+        "weighted": bool(spec.weighted),
+        "layout": _layout_json(spec.layout),
+    }
+    pool = spec.pooled
+    if pool is not None:  # a state merged or updated later writes the pooled statistics too
+        out["pooled"] = {
+            "name": pool.name,
+            "dims": list(pool.dims),
+            "groups": [list(g) for g in pool.groups],
+            "features": list(pool.features),
+            "units": list(pool.units),
+            "long_names": list(pool.long_names),
+            "layout": _layout_json(pool.layout),
+        }
+    return out
+
+
+def _spec_of(d: dict[str, Any]) -> StreamSpec:
+    p = d.get("pooled")
+    pooled = None
+    if p is not None:
+        pooled = Pooling(
+            p["name"],
+            tuple(p["dims"]),
+            tuple(tuple(int(f) for f in g) for g in p["groups"]),
+            list(p["features"]),
+            list(p["units"]),
+            list(p["long_names"]),
+            _layout_of(p["layout"]),
+        )
     return StreamSpec(
         d["name"],
         list(d["features"]),
         list(d["units"]),
         tuple(d["diff_steps"]),
         list(d["long_names"]),
-        layout,
+        _layout_of(d["layout"]),
         bool(d.get("weighted", False)),
         diff_span={int(k): int(v) for k, v in d.get("diff_span", {}).items()},
+        pooled=pooled,
     )
 
 

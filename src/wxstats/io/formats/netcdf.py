@@ -93,8 +93,9 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
         coords.update(lay.coords)
         same_unit = len(set(stream.units)) == 1 and lay.unit_attribute
         unit = {"units": stream.units[0]} if same_unit else {}
+        unit.update(lay.attrs)
         for op in VALUE_OPS:
-            attrs = unit if op not in ("count", "nan_count") else {}
+            attrs = unit if op not in ("count", "nan_count") else dict(lay.attrs)
             data_vars[prefix + op] = _variable(stream.op(op), lay, (), attrs)
         if stream.diff:
             steps = sorted(stream.diff)
@@ -116,7 +117,8 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
             ):
                 if any(v is None for v in values):
                     continue  # extremes of a set read from a file that lacks them
-                attrs = unit if op not in ("diff_count",) and "standardized" not in op else {}
+                plain = op in ("diff_count",) or "standardized" in op
+                attrs = dict(lay.attrs) if plain else unit
                 data_vars[prefix + op] = _variable(values, lay, (diff_dim,), attrs)
     attrs = {
         "title": TITLE,

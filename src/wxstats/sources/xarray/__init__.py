@@ -36,7 +36,13 @@ from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
 from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
-from wxstats.sources.xarray.layout import Variable, is_mdp, select_variables, stream_specs
+from wxstats.sources.xarray.layout import (
+    Variable,
+    check_pool,
+    is_mdp,
+    select_variables,
+    stream_specs,
+)
 from wxstats.sources.xarray.open import (
     GIVEN,
     GIVEN_DECODING,
@@ -86,6 +92,7 @@ class XarrayOptions:
     by: str | None = None  # --by month|hour: a climatology, statistics per group of time steps
     weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
     time_means: bool = False  # also the mean over time of every grid point (--format makani)
+    pool: tuple[str, ...] = ()  # --pool level: also statistics over these feature dimensions
 
 
 class XarraySource:
@@ -132,6 +139,7 @@ class XarraySource:
             self.options.variables,
             self.options.feature_dims,
         )
+        check_pool(self.vars, self.options.pool, self.time_dim, self.path)
         self._decodings = {
             (i, v.name): decoding(
                 p.ds.variables[v.name],
@@ -170,6 +178,7 @@ class XarraySource:
             weighted=self.weight_field is not None,
             time_means=self.options.time_means,
             step_seconds={s.name: step_seconds(self.times, s) for s in self.splits},
+            pool=self.options.pool,
         )
         self.attrs = self._attrs()
         self._chunks = self._chunk_reader(storage)
@@ -224,6 +233,7 @@ class XarraySource:
             ),
             **({"statistics_period": self._period_text()} if self.options.period else {}),
             **({"climatology": f"by {self.options.by}"} if self.options.by else {}),
+            **({"pooled_over": ",".join(self.options.pool)} if self.options.pool else {}),
             "weights": self.weight_field.describe() if self.weight_field else "none (unweighted)",
             "diff_steps": ",".join(map(str, self.diff_steps)),
             "variables": ",".join(v.name for v in self.vars),

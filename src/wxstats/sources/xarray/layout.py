@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.stats import StreamLayout, StreamSpec
+from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.sources.xarray.open import is_zarr
 from wxstats.sources.xarray.timeaxis import Part, Split, label
 
@@ -214,6 +214,81 @@ def plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     return {str(k): v for k, v in attrs.items() if isinstance(v, (str, int, float, np.number))}
 
 
+def pooling(v: Variable, dims: tuple[str, ...], split: str) -> Pooling | None:
+    """``v``'s features taken together over those of ``dims`` it has (``--pool``),
+    as the stream ``{v.name}_pooled__{split}`` along its other feature dimensions;
+    None when it has none of them."""
+    over = tuple(d for d in v.feature_dims if d in dims)
+    if not over:
+        return None
+    keep = [i for i, d in enumerate(v.feature_dims) if d not in over]
+    shape = tuple(v.feature_shape[i] for i in keep)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for f, combo in enumerate(np.ndindex(*v.feature_shape)):
+        groups.setdefault(tuple(combo[i] for i in keep), []).append(f)
+    name = f"{v.name}_pooled"
+    labels = []
+    for i in keep:
+        d = v.feature_dims[i]
+        values = v.coords[d][1] if d in v.coords else np.arange(v.feature_shape[i])
+        labels.append([label(x) for x in values])
+    features, units, long_names = [], [], []
+    base = v.long_names[0].split(" (")[0] if v.long_names else v.name
+    for rest, members in groups.items():
+        parts = [labels[i][j] for i, j in enumerate(rest)]
+        features.append("_".join([name, *parts]))
+        member_units = {v.units[f] for f in members}
+        units.append(member_units.pop() if len(member_units) == 1 else "")
+        where_in = ", ".join(f"{v.feature_dims[keep[i]]}={p}" for i, p in enumerate(parts))
+        pooled_over = f"pooled over {', '.join(over)}"
+        long_names.append(f"{base} ({pooled_over}{'; ' + where_in if parts else ''})")
+    kept_dims = tuple(v.feature_dims[i] for i in keep)
+    coords = {d: c for d, c in v.coords.items() if set(c[0]) <= set(kept_dims)}
+    layout = StreamLayout(
+        prefix=name,
+        split=split,
+        feature_dims=kept_dims,
+        feature_shape=shape,
+        coords=coords,
+        category=v.category,
+        attrs={"pooled over": ", ".join(over)},
+    )
+    return Pooling(
+        f"{name}__{split}",
+        over,
+        tuple(tuple(m) for m in groups.values()),
+        features,
+        units,
+        long_names,
+        layout,
+    )
+
+
+def check_pool(variables: list[Variable], dims: tuple[str, ...], time_dim: str, path: str) -> None:
+    """Refuse, before any data is read, a ``--pool`` dimension that is the time
+    dimension, or a feature dimension of no selected variable, or a pooled name
+    that is already a variable's."""
+    for d in dims:
+        if d == time_dim:
+            raise InputError(
+                f"{path}: --pool {d}: the time dimension is always reduced; pool feature "
+                "dimensions (levels)"
+            )
+        if not any(d in v.feature_dims for v in variables):
+            have = sorted({f for v in variables for f in v.feature_dims})
+            raise InputError(
+                f"{path}: --pool {d}: no selected variable has {d} as a feature dimension "
+                f"(feature dimensions: {', '.join(have) or 'none'})"
+            )
+    names = {v.name for v in variables}
+    for v in variables:
+        if f"{v.name}_pooled" in names and any(d in v.feature_dims for d in dims):
+            raise InputError(
+                f"{path}: --pool: the pooled statistics of {v.name} would be named "
+                f"{v.name}_pooled, a variable of the dataset"
+            )
+
+
 def stream_specs(
     variables: list[Variable],
     splits: list[Split],
@@ -222,13 +297,15 @@ def stream_specs(
     weighted: bool = False,
     time_means: bool = False,
     step_seconds: dict[str, int | None] | None = None,
+    pool: tuple[str, ...] = (),
 ) -> list[StreamSpec]:
     """One stream per (split, variable), named ``{variable}__{split}``, laid out
     for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
     dimension and its values, e.g. ``month``, 1..12) leads the features of every
     variable with time: ``t2m__train__mean`` along ``(month, level)``.
     ``step_seconds``: one time step of each split, the span of a difference of
-    ``k`` steps being ``k`` of them (none: a numeric time axis)."""
+    ``k`` steps being ``k`` of them (none: a numeric time axis). ``pool``: the
+    feature dimensions each stream's statistics are also pooled over."""
     streams = []
     for split in splits:
         step = (step_seconds or {}).get(split.name)
@@ -262,7 +339,16 @@ def stream_specs(
             span = {k: k * step for k in diff_steps} if step else {}
             streams.append(
                 StreamSpec(
-                    name, features, units, diff_steps, long_names, layout, weighted, cells, span
+                    name,
+                    features,
+                    units,
+                    diff_steps,
+                    long_names,
+                    layout,
+                    weighted,
+                    cells,
+                    span,
+                    pooling(v, pool, split.name) if pool else None,
                 )
             )
     return streams
