@@ -186,3 +186,25 @@ def test_pooled_over_one_of_two_feature_dimensions(tmp_path):
     with xr.open_dataset(out) as f:
         assert f["q_pooled__train__mean"].dims == ("member",)
         assert list(f["member"].values) == [3, 9]
+
+
+def test_states_with_and_without_pooling_do_not_merge(store, tmp_path, capsys):
+    """Which pooled statistics a merge writes must not depend on the order of the
+    states: a state with ``--pool`` and one without are refused, naming it."""
+    path, _ = store
+    first = ["--split", "train=2021-01-01T00/2021-01-01T19"]
+    second = ["--split", "train=2021-01-01T20/2021-01-02T15"]
+    _run(path, tmp_path / "a.nc", *first, "--state", str(tmp_path / "a.wxstate"))
+    args = ["compute", str(path), "--skipna", *STEPS, *second]
+    assert (
+        main([*args, "--output", str(tmp_path / "b.nc"), "--state", str(tmp_path / "b.wxstate")])
+        == 0
+    )
+    capsys.readouterr()
+    merged = tmp_path / "m.nc"
+    for order in (["a", "b"], ["b", "a"]):
+        states = [str(tmp_path / f"{n}.wxstate") for n in order]
+        assert main(["merge", *states, "--output", str(merged), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "pool" in err and len(err.splitlines()) == 1, err
+        assert not merged.exists()

@@ -407,6 +407,7 @@ class XarraySource:
                 "coords": coordinates(self.parts[0].ds, dims),
                 "diff_steps": list(self.diff_steps),
                 "by": self.options.by,
+                "pool": sorted(self.options.pool),  # merged outputs never depend on the order
                 "weights": self.weights_identity(),
             },
             "run": {
