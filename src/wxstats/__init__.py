@@ -26,6 +26,7 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     - ``time_dim``: the time dimension (default ``time``)
     - ``feature_dims``: dimensions whose entries become features (default: levels)
     - ``by``: ``"month"`` or ``"hour"``: a climatology
+    - ``pool``: feature dimensions (``"level"``) to also pool, exactly: joint statistics
     - ``weights``: ``"coslat"``, ``"VAR"`` or ``"FILE:VAR"``: area-weighted statistics
     - ``skipna``: leave NaN out (they are counted) instead of refusing them
     - ``block_mb``: memory per block of time steps (the bits never depend on it)
