@@ -98,10 +98,12 @@ def kernel(
     a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, pq, dsh, div, dpq, w,
     count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
 ):  # fmt: skip
-    # per-step sums out: tv0/tv1/tv2 (n_t, n_c), td0/td1/td2 (n_s, n_t, n_c), zeroed by the
-    # caller (tv0/td0: the weights summed, only when w, the weight per grid point, is not
-    # empty); extremes of the differences out: dmn/dmx (n_s, n_c), +inf/-inf from the caller;
-    # pq, dpq: -shift/scale per lane (see _lanes_numba.scaled)
+    # per-step sums and counts out: tv0/tv1/tv2, count (n_t, n_c), td0/td1/td2, dcount
+    # (n_s, n_t, n_c), zeroed by the caller (tv0/td0: the weights summed, only when w, the
+    # weight per grid point, is not empty); extremes of the differences out: dmn/dmx
+    # (n_s, n_c), +inf/-inf from the caller; per step t (each its own reference): sh, iv,
+    # pq (n_t, lanes) and dsh, div, dpq (n_s, n_t, lanes), pq = -shift/scale per lane (see
+    # _lanes_numba.scaled)
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
@@ -132,21 +134,21 @@ def kernel(
         for t in range(n_t):
             x = a[t]
             if t0 <= t < t1:
-                _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn, vmx, lcnt,
-                              lnan, linf, False)  # fmt: skip
+                _chunk_values(x, wl, base, n, lanes, sh[t], iv[t], pq[t], l0, l1, l2, vmn, vmx,
+                              lcnt, lnan, linf, False)  # fmt: skip
                 ok = fold(l1, n_c, c1)
                 ok = fold(l2, n_c, c2) and ok
                 if ok:
                     for c in range(n_c):
-                        count[c] += n_here
+                        count[t, c] += n_here
                 else:
-                    _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn, vmx, lcnt,
-                                  lnan, linf, True)  # fmt: skip
+                    _chunk_values(x, wl, base, n, lanes, sh[t], iv[t], pq[t], l0, l1, l2, vmn,
+                                  vmx, lcnt, lnan, linf, True)  # fmt: skip
                     fold(l1, n_c, c1)
                     fold(l2, n_c, c2)
                     for j in range(lanes):
                         c = j % n_c
-                        count[c] += lcnt[j]
+                        count[t, c] += lcnt[j]
                         nans[c] += lnan[j]
                         infs[c] += linf[j]
                 if weighted:
@@ -161,20 +163,20 @@ def kernel(
                 if t < d0[s] or t >= d1[s]:
                     continue
                 xk = a[t - lags[s]]
-                _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], dpq[s], l0, l1, l2, lmn,
-                             lmx, lcnt, False)  # fmt: skip
+                _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s, t], div[s, t], dpq[s, t], l0, l1,
+                             l2, lmn, lmx, lcnt, False)  # fmt: skip
                 ok = fold(l1, n_c, c1)
                 ok = fold(l2, n_c, c2) and ok
                 if ok:
                     for c in range(n_c):
-                        dcount[s, c] += n_here
+                        dcount[s, t, c] += n_here
                 else:
-                    _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s], div[s], dpq[s], l0, l1, l2,
-                                 lmn, lmx, lcnt, True)  # fmt: skip
+                    _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s, t], div[s, t], dpq[s, t], l0,
+                                 l1, l2, lmn, lmx, lcnt, True)  # fmt: skip
                     fold(l1, n_c, c1)
                     fold(l2, n_c, c2)
                     for j in range(lanes):
-                        dcount[s, j % n_c] += lcnt[j]
+                        dcount[s, t, j % n_c] += lcnt[j]
                 if weighted:
                     fold(l0, n_c, c0)
                     for c in range(n_c):

@@ -84,8 +84,10 @@ def kernel(
         rows = np.asarray(a[:, base : base + n], dtype=np.float64)
         for t in range(n_t):
             if t0 <= t < t1:
-                l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(rows[t], wl, lanes, sh, iv)
-                count += _per_channel(lcnt, n_c)
+                l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(
+                    rows[t], wl, lanes, sh[t], iv[t]
+                )
+                count[t] += _per_channel(lcnt, n_c)
                 nans += _per_channel(lnan, n_c)
                 infs += _per_channel(linf, n_c)
                 if weighted:
@@ -98,8 +100,8 @@ def kernel(
                 if t < d0[s] or t >= d1[s]:
                     continue
                 d = rows[t] - rows[t - lags[s]]
-                l0, l1, l2, lmn, lmx, lcnt, _, _ = _lane_sums(d, wl, lanes, dsh[s], div[s])
-                dcount[s] += _per_channel(lcnt, n_c)
+                l0, l1, l2, lmn, lmx, lcnt, _, _ = _lane_sums(d, wl, lanes, dsh[s, t], div[s, t])
+                dcount[s, t] += _per_channel(lcnt, n_c)
                 if weighted:
                     td0[s, t] += _fold(l0, n_c)
                 td1[s, t] += _fold(l1, n_c)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from wxstats.core.cellsums import cell_means
-from wxstats.core.combine import Moments, NonFiniteSums, StreamReference, unit_sums
+from wxstats.core.combine import Moments, NonFiniteSums
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import BlockSums
 from wxstats.core.stats import DiffStats, Stats, StreamSpec, StreamStats
@@ -32,31 +32,47 @@ class StreamMoments:
     diffs: dict[int, Moments] = field(default_factory=dict)
     cells: np.ndarray | None = None
     """int64 (2, G, F): per-grid-point time sums (limbs), when the stream asks for them."""
+    cell_reference: tuple[np.ndarray, np.ndarray] | None = None
+    """The (shift, scale) of the per-grid-point sums' fixed point: the first time
+    step's, the same on every rank of a run (:mod:`wxstats.core.cellsums`)."""
 
     @staticmethod
     def create(
-        n_features: int, steps: tuple[int, ...], weighted: bool = False, grid_points: int = 0
+        n_features: int,
+        steps: tuple[int, ...],
+        weighted: bool = False,
+        grid_points: int = 0,
+        cell_reference: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> StreamMoments:
         return StreamMoments(
             Moments.create(n_features, weighted),
             {k: Moments.create(n_features, weighted) for k in steps},
             np.zeros((2, grid_points, n_features), dtype=np.int64) if grid_points else None,
+            cell_reference if grid_points else None,
         )
 
-    def add(self, sums: BlockSums, per_step: bool, at: int = 0) -> None:
+    def add(self, sums: BlockSums, at: int = 0) -> None:
         """Add a block's per-step sums (to features from ``at``: a climatology's
         group). Raises :class:`NonFiniteSums`, before changing anything, when a
-        unit's sum is not finite (the values span too wide a range for float64
-        sums); its features count from ``at``."""
+        step's sum is not finite; its features count from ``at``."""
         steps = sorted(self.diffs)
-        parts = [(sums.step_sum1, sums.step_sum2)]
-        parts += [(sums.diff_step_sum1[k], sums.diff_step_sum2[k]) for k in steps]
-        units = [(unit_sums(a, per_step), unit_sums(b, per_step)) for a, b in parts]
+        refs = sums.refs
+        parts = [(sums.step_count, sums.step_sum1, sums.step_sum2, refs.shift, refs.scale)]
+        parts += [
+            (
+                sums.diff_step_count[k],
+                sums.diff_step_sum1[k],
+                sums.diff_step_sum2[k],
+                refs.diff_shift[k],
+                refs.diff_scale[k],
+            )
+            for k in steps
+        ]
         bad = sorted(
             {
                 f
-                for a, b in units
-                for f in np.flatnonzero(~(np.isfinite(a).all(0) & np.isfinite(b).all(0)))
+                for count, a, b, _, _ in parts
+                for f in np.flatnonzero(((count > 0) & ~(np.isfinite(a) & np.isfinite(b))).any(0))
             }
         )
         if bad:
@@ -65,17 +81,19 @@ class StreamMoments:
         if self.values.weighted:
             if sums.step_weight is None:
                 raise ValueError("a weighted stream was given unweighted block sums")
-            weights = [unit_sums(sums.step_weight, per_step)]
-            weights += [unit_sums(sums.diff_step_weight[k], per_step) for k in steps]
-        (v1, v2), *diff_units = units
+            weights = [sums.step_weight] + [sums.diff_step_weight[k] for k in steps]
+        count, v1, v2, shift, scale = parts[0]
         self.values.add(
-            sums.count, v1, v2, sums.minimum, sums.maximum, sums.nan_count, at, weights[0]
+            count, v1, v2, shift, scale, sums.minimum, sums.maximum, sums.nan_count, at, weights[0]
         )
-        for i, (k, (d1, d2)) in enumerate(zip(steps, diff_units, strict=True)):
+        for i, k in enumerate(steps):
+            count, d1, d2, shift, scale = parts[1 + i]
             self.diffs[k].add(
-                sums.diff_count[k],
+                count,
                 d1,
                 d2,
+                shift,
+                scale,
                 sums.diff_minimum.get(k),
                 sums.diff_maximum.get(k),
                 at=at,
@@ -89,6 +107,11 @@ class StreamMoments:
         on one side only is refused by the first :meth:`Moments.merge`)."""
         if (self.cells is None) != (other.cells is None) or set(other.diffs) != set(self.diffs):
             raise ValueError("moments of different layouts do not merge")
+        if self.cells is not None and not all(
+            np.array_equal(a, b)
+            for a, b in zip(self.cell_reference or (), other.cell_reference or (), strict=True)
+        ):
+            raise ValueError("per grid point sums of another fixed point do not merge")
         self.values.merge(other.values)
         for k, moments in other.diffs.items():
             self.diffs[k].merge(moments)
@@ -100,17 +123,17 @@ class StreamMoments:
 
 
 def pooled_stats(
-    spec: StreamSpec, moments: StreamMoments, ref: StreamReference, steps: Iterable[int | None]
+    spec: StreamSpec, moments: StreamMoments, steps: Iterable[int | None]
 ) -> StreamStats:
     """The statistics of ``spec.pooled``'s groups of features taken together, of
     the values and of the differences of ``steps`` (those with pairs)."""
     pool = spec.pooled
     groups = [list(g) for g in pool.groups]
-    count, mean, std, minimum, maximum = moments.values.pooled(ref.values, groups)
+    count, mean, std, minimum, maximum = moments.values.pooled(groups)
     nans = np.array([int(moments.values.nan_count[g].sum()) for g in groups], dtype=np.int64)
     diff: dict[int | None, DiffStats] = {}
     for k in steps:
-        d_count, d_mean, d_std, d_min, d_max = moments.diffs[k].pooled(ref.diffs[k], groups)
+        d_count, d_mean, d_std, d_min, d_max = moments.diffs[k].pooled(groups)
         diff[k] = DiffStats(d_mean, d_std, d_count, minimum=d_min, maximum=d_max)
     return StreamStats(
         name=pool.name,
@@ -137,11 +160,20 @@ class RunMoments:
     streams: dict[str, StreamMoments]
 
     @staticmethod
-    def create(specs: list[StreamSpec]) -> RunMoments:
+    def create(
+        specs: list[StreamSpec],
+        cell_references: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> RunMoments:
+        """Empty moments of ``specs``; ``cell_references``: the fixed point of each
+        stream that sums per grid point (:mod:`wxstats.core.cellsums`)."""
+        cells = cell_references or {}
+        missing = [s.name for s in specs if s.cell_grid_points and s.name not in cells]
+        if missing:
+            raise ValueError(f"per grid point sums of {missing} need their reference")
         return RunMoments(
             {
                 s.name: StreamMoments.create(
-                    len(s.features), s.diff_steps, s.weighted, s.cell_grid_points
+                    len(s.features), s.diff_steps, s.weighted, s.cell_grid_points, cells.get(s.name)
                 )
                 for s in specs
             }
@@ -156,13 +188,14 @@ class RunMoments:
                     tuple(sorted(s.diffs)),
                     s.values.weighted,
                     0 if s.cells is None else s.cells.shape[1],
+                    s.cell_reference,
                 )
                 for name, s in self.streams.items()
             }
         )
 
-    def add(self, stream: str, sums: BlockSums, per_step: bool, at: int = 0) -> None:
-        self.streams[stream].add(sums, per_step, at)
+    def add(self, stream: str, sums: BlockSums, at: int = 0) -> None:
+        self.streams[stream].add(sums, at)
 
     def merge(self, other: RunMoments) -> None:
         for name, stream in other.streams.items():
@@ -215,20 +248,18 @@ class RunMoments:
                 self.streams[name].cells = ints[i : i + cells.size].reshape(cells.shape).copy()
                 i += cells.size
 
-    def _time_mean(self, spec: StreamSpec, ref: StreamReference) -> np.ndarray | None:
+    def _time_mean(self, spec: StreamSpec) -> np.ndarray | None:
         """The per-grid-point time means of a stream that summed them (NaN were refused)."""
         moments = self.streams[spec.name]
-        if moments.cells is None:
+        if moments.cells is None or moments.cell_reference is None:
             return None
         grid = moments.cells.shape[1]
         steps = int(moments.values.count[0]) // grid if moments.values.count.size else 0
         if steps == 0:
             return np.full(moments.cells.shape[1:], np.nan)
-        return cell_means(moments.cells, steps, ref.values.shift, ref.values.scale)
+        return cell_means(moments.cells, steps, *moments.cell_reference)
 
-    def extract(
-        self, specs: list[StreamSpec], refs: dict[str, StreamReference], source_kind: str
-    ) -> Stats:
+    def extract(self, specs: list[StreamSpec], source_kind: str) -> Stats:
         """Round the exact sums once into statistics; refuse what is unusable
         (a feature without a single finite value, or weighted, one of positive weight)."""
         streams: dict[str, StreamStats] = {}
@@ -248,7 +279,7 @@ class RunMoments:
                         f"variable {name} ({spec.name}): no finite values {what}in the whole "
                         f"split ({finite}{nans} NaN); nothing to standardize with"
                     )
-            mean, std = values.extract(refs[spec.name].values)
+            mean, std = values.extract()
             diff: dict[int | None, DiffStats] = {}
             for k in spec.diff_steps:
                 part = moments.diffs[k]
@@ -258,7 +289,7 @@ class RunMoments:
                         f"difference statistics for step {k} are absent"
                     )
                     continue
-                d_mean, d_std = part.extract(refs[spec.name].diffs[k])
+                d_mean, d_std = part.extract()
                 diff[k] = DiffStats(
                     mean=d_mean,
                     std=d_std,
@@ -286,9 +317,9 @@ class RunMoments:
                 diff_span={k: v for k, v in spec.diff_span.items() if k in diff},
                 long_names=list(spec.long_names),
                 layout=spec.layout,
-                time_mean=self._time_mean(spec, refs[spec.name]),
+                time_mean=self._time_mean(spec),
             )
             if spec.pooled is not None:
-                pooled = pooled_stats(spec, moments, refs[spec.name], diff)
+                pooled = pooled_stats(spec, moments, diff)
                 streams[pooled.name] = pooled
         return Stats(source_kind=source_kind, streams=streams, warnings=notes)

@@ -29,6 +29,29 @@ class CellRangeError(ArithmeticError):
     """Values too far from the reference for the fixed-point time sums."""
 
 
+def cell_reference(rows: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, scale) of ``n_features`` (the channels of ``rows`` (T, G, C), repeated
+    for each group of a climatology) from the first step with a finite value of
+    each channel: its mean (without overflow) and the power of two at its spread."""
+    from wxstats.core.unit_reference import power_of_two
+
+    n_c = rows.shape[2]
+    shift, scale = np.zeros(n_c), np.ones(n_c)
+    for c in range(n_c):
+        for row in rows[:, :, c]:
+            v = np.asarray(row, dtype=np.float64)
+            finite = v[np.isfinite(v)]
+            if finite.size:
+                big = float(np.max(np.abs(finite)))
+                k = float(np.mean(finite / big) * big) if big > 0 else 0.0
+                shift[c] = k if np.isfinite(k) else float(finite[0])
+                spread = float(np.max(np.abs(finite - shift[c])))
+                scale[c] = float(power_of_two(np.array(spread if spread > 0 else abs(k))))
+                break
+    reps = n_features // max(n_c, 1)
+    return np.tile(shift, reps), np.tile(scale, reps)
+
+
 def add_steps(cells: np.ndarray, rows: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> None:
     """Add the values ``rows`` (T, G, F) into ``cells`` (2, G, F) int64 limbs."""
     inverse = 1.0 / np.asarray(scale, dtype=np.float64)  # powers of two: exact

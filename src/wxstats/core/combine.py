@@ -1,24 +1,19 @@
 """The exact combiner: create, add a block's per-step sums, merge, extract.
 
-A :class:`Moments` holds, per feature, the count, the exact sums of
-``(x - shift) / scale`` and of its square, the extremes and the NaN count.
-Sums are exact integers (:mod:`wxstats.core.exact`), so :meth:`Moments.merge`
-is associative and commutative down to the last bit; the only rounding happens
-once, in :meth:`Moments.extract`.
-
-What is made exact is decided by the source's *summation unit*: the kernel
-returns one row of float64 sums per time step; when a sample is always read
-whole (neural-lam's files), the rows of a sample are added in time order and
-the sum made exact; when the grouping of time steps into samples may change
-(a zarr store read in blocks of any size), every row is made exact on its own.
-Either way the result never depends on how samples are spread over threads,
-ranks or resumed runs.
+A :class:`Moments` holds, per feature, the count, the exact sums of ``x`` and
+of ``x²``, the extremes and the NaN count. The sums are exact integers
+(:mod:`wxstats.core.exact`): each time step (the summation unit) is summed in
+float64 relative to its own reference (:mod:`wxstats.core.unit_reference`) and
+its raw sums made exact, so :meth:`Moments.merge` is associative and
+commutative down to the last bit and the moments of any pieces of the same
+data (ranks, blocks, resumed runs, states computed apart) merge to the full
+run's; the only rounding happens once, in :meth:`Moments.extract`.
 
 :mod:`wxstats.core.accumulator` groups the moments of a run (per stream: the
 values and the differences for each step).
 
 Weighted moments (``--weights``, an area weighting) also hold the exact sum of
-the weights, and their sums are of ``w * y`` and ``w * y * y``: the mean is
+the weights, and their sums are of ``w x`` and ``w x²``: the mean is
 ``sum(w x) / sum(w)``, made exact the same way, so a weighted run is as
 independent of its layout as an unweighted one.
 """
@@ -37,55 +32,8 @@ from wxstats.core.exact import (
     from_limbs,
     sqrt_correctly_rounded,
     to_limbs,
+    unit_raw_sums,
 )
-from wxstats.core.kernels import in_time_order
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Per-feature shift and power-of-two scale applied before summing.
-
-    Shifting by a value close to the mean removes the cancellation of
-    ``E[x²] - E[x]²``; dividing by a power of two near the spread keeps
-    squares of huge (1e160) or tiny (denormal) values in range, exactly.
-    Every rank derives the same reference from the same data.
-    """
-
-    shift: np.ndarray  # float64 (F,)
-    scale: np.ndarray  # float64 (F,), powers of two
-
-    @staticmethod
-    def from_values(values: np.ndarray) -> Reference:
-        """Reference from sample values of shape (..., F); NaN/Inf ignored."""
-        v = np.asarray(values, dtype=np.float64).reshape(-1, np.shape(values)[-1])
-        n_features = v.shape[1]
-        shift = np.zeros(n_features)
-        scale = np.ones(n_features)
-        for f in range(n_features):
-            column = v[:, f]
-            finite = column[np.isfinite(column)]
-            if finite.size == 0:
-                continue
-            # mean without overflow even for |x| ~ 1e300
-            big = np.max(np.abs(finite))
-            k = float(np.mean(finite / big) * big) if big > 0 else 0.0
-            if not np.isfinite(k):
-                k = float(finite[0])
-            shift[f] = k
-            spread = float(np.max(np.abs(finite - k))) if np.isfinite(finite - k).all() else big
-            magnitude = spread if spread > 0 else abs(k)
-            if magnitude > 0 and np.isfinite(magnitude):
-                # keep 1/scale a normal float64 so that multiplying by it is exact
-                scale[f] = 2.0 ** int(np.clip(np.frexp(magnitude)[1], -1020, 1020))
-        return Reference(shift=shift, scale=scale)
-
-
-@dataclass(frozen=True)
-class StreamReference:
-    """The references of a stream's values and of its differences per step."""
-
-    values: Reference
-    diffs: dict[int, Reference]
 
 
 class NonFiniteSums(ArithmeticError):
@@ -96,19 +44,13 @@ class NonFiniteSums(ArithmeticError):
         self.features = features
 
 
-def unit_sums(rows: np.ndarray, per_step: bool) -> np.ndarray:
-    """The float64 sums made exact: every row (``per_step``), or the rows added
-    in time order (the sample is the unit); shape (units, F)."""
-    return rows if per_step else in_time_order(rows)[None, :]
-
-
 @dataclass
 class Moments:
     """Exact partial moments of F features (see module docstring)."""
 
     count: np.ndarray  # int64 (F,)
-    sum1: np.ndarray  # object (F,), exact fixed-point ints of sum((x-shift)/scale)
-    sum2: np.ndarray  # object (F,), exact fixed-point ints of sum(((x-shift)/scale)**2)
+    sum1: np.ndarray  # object (F,), exact fixed-point ints of sum(x) (weighted: of w x)
+    sum2: np.ndarray  # object (F,), exact fixed-point ints of sum(x²) (weighted: of w x²)
     minimum: np.ndarray  # float64 (F,)
     maximum: np.ndarray  # float64 (F,)
     nan_count: np.ndarray  # int64 (F,)
@@ -148,23 +90,32 @@ class Moments:
         count: np.ndarray,
         sums1: np.ndarray,
         sums2: np.ndarray,
+        shift: np.ndarray,
+        scale: np.ndarray,
         minimum: np.ndarray | None = None,
         maximum: np.ndarray | None = None,
         nan_count: np.ndarray | None = None,
         at: int = 0,
         weights: np.ndarray | None = None,
     ) -> None:
-        """Add the finite unit sums (units, F) of a block (see :func:`unit_sums`)
-        to features ``at .. at + F`` (a group of a climatology, else all);
-        ``weights``: the unit sums of the weights (weighted moments only)."""
-        f = slice(at, at + int(np.shape(count)[0]))
+        """Add units (U, F): their counts, finite float64 sums of ``y = (x - shift)
+        / scale`` and of ``y²`` and their references, to features ``at .. at + F``
+        (a group of a climatology, else all); ``weights``: the units' sums of the
+        weights (weighted moments only; the sums are then of ``w y``, ``w y²``)."""
+        f = slice(at, at + int(np.shape(count)[1]))
         if (weights is None) != (self.weight is None):
             raise ValueError("weighted and unweighted sums do not mix")
+        count = np.asarray(count, dtype=np.int64)
         if weights is not None:
-            self.weight[f] = self.weight[f] + exact_sum(weights).sum(axis=0)
-        self.count[f] += np.asarray(count, dtype=np.int64)
-        self.sum1[f] = self.sum1[f] + exact_sum(sums1).sum(axis=0)
-        self.sum2[f] = self.sum2[f] + exact_sum(sums2).sum(axis=0)
+            # a unit with finite values but no weight adds nothing to the weighted sums
+            divisor = np.where(count > 0, np.asarray(weights, dtype=np.float64), 0.0)
+            self.weight[f] = self.weight[f] + exact_sum(divisor).sum(axis=0)
+        else:
+            divisor = count
+        sx, sxx = unit_raw_sums(divisor, sums1, sums2, shift, scale)
+        self.count[f] += count.sum(axis=0)
+        self.sum1[f] = self.sum1[f] + sx
+        self.sum2[f] = self.sum2[f] + sxx
         if minimum is not None:
             np.minimum(self.minimum[f], minimum, out=self.minimum[f])
         if maximum is not None:
@@ -193,49 +144,34 @@ class Moments:
             return fixed_to_fraction(self.weight[f])
         return int(self.count[f])
 
-    def extract(self, reference: Reference) -> tuple[np.ndarray, np.ndarray]:
+    def extract(self) -> tuple[np.ndarray, np.ndarray]:
         """Population mean and std (ddof=0), each rounded once from the exact
         rational value of the summed sums (weighted: divided by the exact sum of
         the weights instead of the count). Features with a zero count give NaN."""
         mean = np.full(self.n_features, np.nan)
         std = np.full(self.n_features, np.nan)
         for f in range(self.n_features):
-            n = self.divisor(f)
+            n, sx, sxx = self.raw_sums(f)
             if n == 0:
                 continue
-            shift = Fraction(float(reference.shift[f]))
-            scale = Fraction(float(reference.scale[f]))
-            s1 = fixed_to_fraction(self.sum1[f])
-            s2 = fixed_to_fraction(self.sum2[f])
-            mean[f] = float(shift + scale * s1 / n)
-            variance = scale * scale * (s2 * n - s1 * s1) / (n * n)
-            # per-unit float sums can break Cauchy-Schwarz by an ulp when
-            # the true variance is ~0: such a variance is zero.
-            std[f] = sqrt_correctly_rounded(max(variance, Fraction(0)))
+            mean[f] = float(sx / n)
+            # per-unit float sums can break Cauchy-Schwarz by an ulp when the true
+            # variance is ~0: such a variance is zero
+            std[f] = sqrt_correctly_rounded(max((sxx * n - sx * sx) / (n * n), Fraction(0)))
         return mean, std
 
-    def raw_sums(self, reference: Reference, f: int) -> tuple[int | Fraction, Fraction, Fraction]:
+    def raw_sums(self, f: int) -> tuple[int | Fraction, Fraction, Fraction]:
         """Feature ``f``'s exact divisor, sum of ``x`` and sum of ``x²`` (weighted:
-        of ``w x`` and ``w x²``), undoing its shift ``K`` and scale ``S``:
-        ``n K + S Σy`` and ``n K² + 2 K S Σy + S² Σy²``."""
-        n = self.divisor(f)
-        shift = Fraction(float(reference.shift[f]))
-        scale = Fraction(float(reference.scale[f]))
-        s1 = fixed_to_fraction(self.sum1[f])
-        s2 = fixed_to_fraction(self.sum2[f])
-        return (
-            n,
-            n * shift + scale * s1,
-            n * shift * shift + 2 * shift * scale * s1 + scale * scale * s2,
-        )
+        of ``w x`` and ``w x²``)."""
+        return self.divisor(f), fixed_to_fraction(self.sum1[f]), fixed_to_fraction(self.sum2[f])
 
     def pooled(
-        self, reference: Reference, groups: list[list[int]]
+        self, groups: list[list[int]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(count, mean, std, min, max) of each group of features taken as one
         (anemoi's joint normalizer: all levels of a variable), from the exact raw
-        sums of its features (each with its own reference) added as rationals and
-        rounded once; exact whatever the counts (or weights) of the features."""
+        sums of its features added and rounded once; exact whatever the counts
+        (or weights) of the features."""
         g = len(groups)
         count = np.zeros(g, dtype=np.int64)
         mean, std = np.full(g, np.nan), np.full(g, np.nan)
@@ -243,7 +179,7 @@ class Moments:
         for i, members in enumerate(groups):
             n, sx, sxx = 0, Fraction(0), Fraction(0)
             for f in members:
-                nf, sxf, sxxf = self.raw_sums(reference, f)
+                nf, sxf, sxxf = self.raw_sums(f)
                 n, sx, sxx = n + nf, sx + sxf, sxx + sxxf
             count[i] = int(self.count[members].sum())
             if count[i] > 0:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wxstats.core import unit_reference
 from wxstats.core.kernel_choice import run_kernel
 
 GRID_CHUNK = 512
@@ -81,30 +82,41 @@ class Block:
 
 @dataclass
 class BlockSums:
-    """Float64 sums of one block, per feature: per time step (rows) for the sums,
-    totals for the counts and extremes (of the values and of the differences).
-    Rows outside a range are zero.
+    """Float64 sums of one block, per feature: per time step (rows, each step a
+    summation unit with its own reference) for the counts and sums, totals for the
+    extremes and NaN/Inf counts (of the values and of the differences). Rows
+    outside a range are zero.
 
-    The rows are what the exact combiner takes (:mod:`wxstats.core.combine`);
-    ``sum1``/``sum2`` (and ``diff_sum1``/``diff_sum2``) are their totals in time
-    order, for checks and tests.
+    The rows and their references are what the exact combiner takes
+    (:mod:`wxstats.core.combine`); ``sum1``/``sum2`` are totals in time order of
+    the rows, for checks and tests.
     """
 
-    count: np.ndarray  # int64 (F,)
+    step_count: np.ndarray  # int64 (T, F): finite values per step
     step_sum1: np.ndarray  # float64 (T, F): sum of (x - shift) / scale per step
     step_sum2: np.ndarray  # float64 (T, F): sum of its square per step
     minimum: np.ndarray
     maximum: np.ndarray
     nan_count: np.ndarray
     inf_count: np.ndarray
-    diff_count: dict[int, np.ndarray]
-    diff_step_sum1: dict[int, np.ndarray]  # lag -> (T, F), rows indexed by the later time
+    diff_step_count: dict[int, np.ndarray]  # lag -> (T, F), rows indexed by the later time
+    diff_step_sum1: dict[int, np.ndarray]
     diff_step_sum2: dict[int, np.ndarray]
+    refs: StepReferences
+    """The shift and scale each step's sums were taken with."""
     diff_minimum: dict[int, np.ndarray] = field(default_factory=dict)  # lag -> (F,)
     diff_maximum: dict[int, np.ndarray] = field(default_factory=dict)
     step_weight: np.ndarray | None = None
     """float64 (T, F): the weights of the values summed per step (a weighted block only)."""
     diff_step_weight: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def count(self) -> np.ndarray:
+        return self.step_count.sum(axis=0)
+
+    @property
+    def diff_count(self) -> dict[int, np.ndarray]:
+        return {k: v.sum(axis=0) for k, v in self.diff_step_count.items()}
 
     @property
     def sum1(self) -> np.ndarray:
@@ -121,6 +133,72 @@ class BlockSums:
     @property
     def diff_sum2(self) -> dict[int, np.ndarray]:
         return {k: in_time_order(v) for k, v in self.diff_step_sum2.items()}
+
+
+@dataclass
+class StepReferences:
+    """Shift and scale (T, F) of each time step of a block: of its values and of
+    the differences ending at it, per lag (see :mod:`wxstats.core.unit_reference`);
+    0 and 1 where a step does not count."""
+
+    shift: np.ndarray
+    scale: np.ndarray
+    diff_shift: dict[int, np.ndarray]
+    diff_scale: dict[int, np.ndarray]
+
+
+def step_references(block: Block) -> StepReferences:
+    """Each counted step's reference, from its own values (or differences) alone."""
+    a = block.array
+    n_t, n_g = a.shape[0], a.shape[1]
+    channels = np.asarray(block.channels, dtype=np.int64)
+    at = unit_reference.sample_positions(n_g)
+    n_f = channels.shape[0]
+
+    def of(t0: int, t1: int, lag: int) -> tuple[np.ndarray, np.ndarray]:
+        shift, scale = np.zeros((n_t, n_f)), np.ones((n_t, n_f))
+        if t1 <= t0:
+            return shift, scale
+        later = np.asarray(a[t0:t1][:, at][:, :, channels], dtype=np.float64)
+        if lag:
+            sampled = later - np.asarray(a[t0 - lag : t1 - lag][:, at][:, :, channels], np.float64)
+            rows = _LazyDiffRows(a, channels, t0, lag)
+        else:
+            sampled, rows = later, _LazyRows(a, channels, t0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            shift[t0:t1], scale[t0:t1] = unit_reference.references(sampled, rows)
+        return shift, scale
+
+    t0, t1 = max(0, block.value_range[0]), min(n_t, block.value_range[1])
+    shift, scale = of(t0, t1, 0)
+    diff_shift, diff_scale = {}, {}
+    for k, (d0, d1) in block.diff_ranges.items():
+        diff_shift[k], diff_scale[k] = of(max(d0, k), min(d1, n_t), k)
+    return StepReferences(shift, scale, diff_shift, diff_scale)
+
+
+class _LazyRows:
+    """``rows[u, :, f]``: the whole row of a unit, read only for the rare unit
+    without a finite sampled value."""
+
+    def __init__(self, a: np.ndarray, channels: np.ndarray, t0: int) -> None:
+        self.a, self.channels, self.t0 = a, channels, t0
+
+    def __getitem__(self, key: tuple[int, slice, int]) -> np.ndarray:
+        u, _, f = key
+        return np.asarray(self.a[self.t0 + u][:, self.channels[f]], dtype=np.float64)
+
+
+class _LazyDiffRows(_LazyRows):
+    def __init__(self, a: np.ndarray, channels: np.ndarray, t0: int, lag: int) -> None:
+        super().__init__(a, channels, t0)
+        self.lag = lag
+
+    def __getitem__(self, key: tuple[int, slice, int]) -> np.ndarray:
+        u, _, f = key
+        t, c = self.t0 + u, self.channels[f]
+        later = np.asarray(self.a[t][:, c], dtype=np.float64)
+        return later - np.asarray(self.a[t - self.lag][:, c], dtype=np.float64)
 
 
 def in_time_order(rows: np.ndarray) -> np.ndarray:
@@ -164,16 +242,17 @@ def lanes_per_channel(n_channels: int) -> int:
 
 def _empty_sums(n_t: int, n_f: int, lags: list[int], weighted: bool) -> BlockSums:
     return BlockSums(
-        count=np.zeros(n_f, dtype=np.int64),
+        step_count=np.zeros((n_t, n_f), dtype=np.int64),
         step_sum1=np.zeros((n_t, n_f)),
         step_sum2=np.zeros((n_t, n_f)),
         minimum=np.full(n_f, np.inf),
         maximum=np.full(n_f, -np.inf),
         nan_count=np.zeros(n_f, dtype=np.int64),
         inf_count=np.zeros(n_f, dtype=np.int64),
-        diff_count={k: np.zeros(n_f, dtype=np.int64) for k in lags},
+        diff_step_count={k: np.zeros((n_t, n_f), dtype=np.int64) for k in lags},
         diff_step_sum1={k: np.zeros((n_t, n_f)) for k in lags},
         diff_step_sum2={k: np.zeros((n_t, n_f)) for k in lags},
+        refs=StepReferences(np.zeros((n_t, n_f)), np.ones((n_t, n_f)), {}, {}),
         diff_minimum={k: np.full(n_f, np.inf) for k in lags},
         diff_maximum={k: np.full(n_f, -np.inf) for k in lags},
         step_weight=np.zeros((n_t, n_f)) if weighted else None,
@@ -182,23 +261,63 @@ def _empty_sums(n_t: int, n_f: int, lags: list[int], weighted: bool) -> BlockSum
 
 
 def _per_channel(values: np.ndarray, channels: np.ndarray, n_c: int, fill: float) -> np.ndarray:
-    """Per-feature parameters spread over all ``n_c`` channels of the array."""
-    out = np.full(n_c, fill)
-    out[channels] = values
-    if not np.array_equal(out[channels], values):
+    """Per-feature parameters (T, F) spread over all ``n_c`` channels of the array."""
+    out = np.full((values.shape[0], n_c), fill)
+    out[:, channels] = values
+    if not np.array_equal(out[:, channels], values):
         raise ValueError("a channel is used twice with different shifts or scales")
     return out
 
 
-def block_sums(
-    block: Block,
-    shift: np.ndarray,
-    scale: np.ndarray,
-    diff_shift: dict[int, np.ndarray],
-    diff_scale: dict[int, np.ndarray],
-) -> BlockSums:
+def _overflowed(sums: BlockSums) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Masks (T, F) of the steps whose float64 sums are not finite."""
+
+    def bad(*rows: np.ndarray | None) -> np.ndarray:
+        return ~np.logical_and.reduce([np.isfinite(r) for r in rows if r is not None])
+
+    values = bad(sums.step_sum1, sums.step_sum2, sums.step_weight)
+    diffs = {
+        k: bad(sums.diff_step_sum1[k], sums.diff_step_sum2[k], sums.diff_step_weight.get(k))
+        for k in sums.diff_step_sum1
+    }
+    return values, diffs
+
+
+def block_sums(block: Block, refs: StepReferences | None = None) -> BlockSums:
     """Per-step sums of ``(x - shift) / scale`` and of the differences, compiled
-    (weighted by ``block.weights`` when it has them)."""
+    (weighted by ``block.weights`` when it has them), each step with its own
+    reference (:func:`step_references`, or ``refs``). A step whose sums overflow
+    is summed again with its scale from its whole row (still its own data)."""
+    refs = refs if refs is not None else step_references(block)
+    sums = _block_sums(block, refs)
+    values, diffs = _overflowed(sums)
+    if not (values.any() or any(m.any() for m in diffs.values())):
+        return sums
+    channels = np.asarray(block.channels, dtype=np.int64)
+    a = block.array
+    n_t = a.shape[0]
+    wide = StepReferences(
+        refs.shift.copy(), refs.scale.copy(), dict(refs.diff_shift), dict(refs.diff_scale)
+    )
+    for t in np.flatnonzero(values.any(axis=1)):
+        rows = np.asarray(a[t][:, channels], dtype=np.float64)[None]
+        wide.scale[t] = np.where(
+            values[t], unit_reference.widened(rows, wide.shift[t][None])[0], wide.scale[t]
+        )
+    for k, mask in diffs.items():
+        wide.diff_scale[k] = wide.diff_scale[k].copy()
+        for t in np.flatnonzero(mask.any(axis=1)):
+            if t - k < 0 or t >= n_t:
+                continue
+            d = np.asarray(a[t][:, channels], np.float64) - np.asarray(
+                a[t - k][:, channels], np.float64
+            )
+            widened = unit_reference.widened(d[None], wide.diff_shift[k][t][None])[0]
+            wide.diff_scale[k][t] = np.where(mask[t], widened, wide.diff_scale[k][t])
+    return _block_sums(block, wide)
+
+
+def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
     lags = sorted(block.diff_ranges)
     channels = np.asarray(block.channels, dtype=np.int64)
     array = block.array
@@ -209,15 +328,15 @@ def block_sums(
     lanes = m * n_c
 
     def lane(values, fill: float) -> np.ndarray:
-        v = np.asarray(values, dtype=np.float64).reshape(channels.shape[0])
-        return np.tile(_per_channel(v, channels, n_c, fill), m)
+        v = np.asarray(values, dtype=np.float64).reshape(n_t, channels.shape[0])
+        return np.tile(_per_channel(v, channels, n_c, fill), (1, m))
 
-    sh = lane(shift, 0.0)
-    iv = lane(1.0 / np.asarray(scale, dtype=np.float64), 1.0)
-    dsh = np.array([lane(diff_shift[k], 0.0) for k in lags]).reshape(len(lags), lanes)
+    sh = lane(refs.shift, 0.0)
+    iv = lane(1.0 / np.asarray(refs.scale, dtype=np.float64), 1.0)
+    dsh = np.array([lane(refs.diff_shift[k], 0.0) for k in lags]).reshape(len(lags), n_t, lanes)
     div = np.array(
-        [lane(1.0 / np.asarray(diff_scale[k], dtype=np.float64), 1.0) for k in lags]
-    ).reshape(len(lags), lanes)
+        [lane(1.0 / np.asarray(refs.diff_scale[k], dtype=np.float64), 1.0) for k in lags]
+    ).reshape(len(lags), n_t, lanes)
     if array.dtype.itemsize <= 4 and not (
         fused_scaling_is_exact(sh, iv) and fused_scaling_is_exact(dsh, div)
     ):
@@ -228,14 +347,15 @@ def block_sums(
     d0 = [max(int(block.diff_ranges[k][0]), k) for k in lags]
     d1 = [min(int(block.diff_ranges[k][1]), n_t) for k in lags]
     n_s = len(lags)
-    counts = {name: np.zeros(n_c, dtype=np.int64) for name in ("count", "nans", "infs")}
+    count = np.zeros((n_t, n_c), dtype=np.int64)
+    nans, infs = np.zeros(n_c, dtype=np.int64), np.zeros(n_c, dtype=np.int64)
     weighted = block.weights is not None
     if weighted and np.shape(block.weights) != (n_g,):
         raise ValueError(f"{np.shape(block.weights)} weights for {n_g} grid points")
     weights = np.asarray(block.weights if weighted else (), dtype=np.float64)
     tv0, tv1, tv2 = np.zeros((n_t, n_c)), np.zeros((n_t, n_c)), np.zeros((n_t, n_c))
     mn, mx = np.full(n_c, np.inf), np.full(n_c, -np.inf)
-    dcount = np.zeros((n_s, n_c), dtype=np.int64)
+    dcount = np.zeros((n_s, n_t, n_c), dtype=np.int64)
     td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
     dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
     run_kernel(
@@ -256,14 +376,14 @@ def block_sums(
         div,
         -(dsh * div),
         weights,
-        counts["count"],
+        count,
         tv0,
         tv1,
         tv2,
         mn,
         mx,
-        counts["nans"],
-        counts["infs"],
+        nans,
+        infs,
         dcount,
         td0,
         td1,
@@ -272,16 +392,17 @@ def block_sums(
         dmx,
     )
     return BlockSums(
-        count=counts["count"][channels],
+        step_count=count[:, channels],
         step_sum1=tv1[:, channels],
         step_sum2=tv2[:, channels],
         minimum=mn[channels],
         maximum=mx[channels],
-        nan_count=counts["nans"][channels],
-        inf_count=counts["infs"][channels],
-        diff_count={k: dcount[i][channels] for i, k in enumerate(lags)},
+        nan_count=nans[channels],
+        inf_count=infs[channels],
+        diff_step_count={k: dcount[i][:, channels] for i, k in enumerate(lags)},
         diff_step_sum1={k: td1[i][:, channels] for i, k in enumerate(lags)},
         diff_step_sum2={k: td2[i][:, channels] for i, k in enumerate(lags)},
+        refs=refs,
         diff_minimum={k: dmn[i][channels] for i, k in enumerate(lags)},
         diff_maximum={k: dmx[i][channels] for i, k in enumerate(lags)},
         step_weight=tv0[:, channels] if weighted else None,
@@ -289,27 +410,25 @@ def block_sums(
     )
 
 
-def block_sums_numpy(
-    block: Block,
-    shift: np.ndarray,
-    scale: np.ndarray,
-    diff_shift: dict[int, np.ndarray],
-    diff_scale: dict[int, np.ndarray],
-) -> BlockSums:
-    """The same definitions as :func:`block_sums` in plain numpy (for tests)."""
+def block_sums_numpy(block: Block, refs: StepReferences | None = None) -> BlockSums:
+    """The same definitions as :func:`block_sums` in plain numpy (for tests), with
+    the same references."""
+    refs = refs if refs is not None else step_references(block)
     lags = sorted(block.diff_ranges)
     a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)
     weighted = block.weights is not None
     w = np.asarray(block.weights if weighted else np.ones(a.shape[1]), dtype=np.float64)
     w = w[None, :, None]
     out = _empty_sums(a.shape[0], a.shape[2], lags, weighted)
+    out.refs = refs
     t0, t1 = block.value_range
     values = a[t0:t1]
     nan = np.isnan(values)
     inf = np.isinf(values)
     finite = ~(nan | inf)
+    shift, scale = refs.shift[t0:t1, None, :], refs.scale[t0:t1, None, :]
     y = np.where(finite, (values - shift) / scale, 0.0)
-    out.count = finite.sum(axis=(0, 1)).astype(np.int64)
+    out.step_count[t0:t1] = finite.sum(axis=1)
     out.step_sum1[t0:t1] = (w * y).sum(axis=1)
     out.step_sum2[t0:t1] = (w * y * y).sum(axis=1)
     if weighted:
@@ -326,8 +445,9 @@ def block_sums_numpy(
             continue
         d = a[d0:d1] - a[d0 - k : d1 - k]
         ok = np.isfinite(d)
-        yd = np.where(ok, (d - diff_shift[k]) / diff_scale[k], 0.0)
-        out.diff_count[k] = ok.sum(axis=(0, 1)).astype(np.int64)
+        dshift, dscale = refs.diff_shift[k][d0:d1, None, :], refs.diff_scale[k][d0:d1, None, :]
+        yd = np.where(ok, (d - dshift) / dscale, 0.0)
+        out.diff_step_count[k][d0:d1] = ok.sum(axis=1)
         out.diff_step_sum1[k][d0:d1] = (w * yd).sum(axis=1)
         out.diff_step_sum2[k][d0:d1] = (w * yd * yd).sum(axis=1)
         if weighted:

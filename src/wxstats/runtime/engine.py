@@ -18,72 +18,32 @@ from contextlib import AbstractContextManager, nullcontext
 import numpy as np
 
 from wxstats.core.accumulator import RunMoments
-from wxstats.core.cellsums import CellRangeError, add_steps
-from wxstats.core.combine import NonFiniteSums, Reference, StreamReference
+from wxstats.core.cellsums import CellRangeError, add_steps, cell_reference
+from wxstats.core.combine import NonFiniteSums
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block, BlockSums, block_sums
 from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
 
-def _pairs(block: Block, lag: int):
-    """The differences ``x[t] - x[t-lag]`` of the block, one step at a time."""
-    lo, hi = block.diff_ranges[lag]
-    for t in range(max(lo, lag), min(hi, block.array.shape[0])):
-        later = np.asarray(block.array[t][:, block.channels], dtype=np.float64)
-        yield later - np.asarray(block.array[t - lag][:, block.channels], dtype=np.float64)
-
-
-def _values(block: Block):
-    for t in range(*block.value_range):
-        yield np.asarray(block.array[t][:, block.channels])
-
-
-def _reference(rows, n_features: int) -> Reference:
-    """The reference of the first row, a feature without any finite value there
-    taking it from the first later row that has one: a shift of 0 far from the
-    data would leave ``sqrt(eps)`` of spurious spread in a constant series."""
-    ref, missing = None, np.ones(n_features, dtype=bool)
-    for row in rows:
-        here = Reference.from_values(row)
-        if ref is None:
-            ref = here
-        else:
-            ref.shift[missing], ref.scale[missing] = here.shift[missing], here.scale[missing]
-        missing &= ~np.isfinite(row).any(axis=0)
-        if not missing.any():
-            break
-    if ref is None:
-        return Reference(np.zeros(n_features), np.ones(n_features))
-    return ref
-
-
-def _tiled(ref: Reference, n: int) -> Reference:
-    """The channels' reference repeated for each group of a climatology (``n``
-    features: groups times channels); itself otherwise."""
-    reps = n // ref.shift.shape[0]
-    return ref if reps == 1 else Reference(np.tile(ref.shift, reps), np.tile(ref.scale, reps))
-
-
-def references(source: Source) -> dict[str, StreamReference]:
-    """Shifts and scales from the first time step (the first pair, for each
-    difference step) of each stream's reference block: the same on every rank,
-    in every run over the same data."""
+def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The fixed point of each stream that sums per grid point (time means): shift
+    and scale from the first time step of its reference block, the same on every
+    rank, in every run over the same data (:mod:`wxstats.core.cellsums`)."""
+    wanted = [spec for spec in source.streams if spec.cell_grid_points]
+    if not wanted:
+        return {}
     blocks = source.reference_blocks()
-    refs = {}
-    for spec in source.streams:
+    out = {}
+    for spec in wanted:
         block = blocks[spec.name]
-        n = len(block.channels)
-        total = len(spec.features)  # a climatology: the channels once per group
-        refs[spec.name] = StreamReference(
-            values=_tiled(_reference(_values(block), n), total),
-            diffs={k: _tiled(_reference(_pairs(block, k), n), total) for k in spec.diff_steps},
-        )
-    return refs
+        rows = np.asarray(block.array[block.value_range[0] : block.value_range[1]])
+        out[spec.name] = cell_reference(rows[:, :, block.channels], len(spec.features))
+    return out
 
 
 def empty_accumulator(source: Source) -> RunMoments:
-    return RunMoments.create(source.streams)
+    return RunMoments.create(source.streams, cell_references(source))
 
 
 def _refuse_bad_values(
@@ -106,40 +66,34 @@ def _refuse_bad_values(
 def blocks_accumulator(
     specs: list[StreamSpec],
     blocks: dict[str, Block],
-    refs: dict[str, StreamReference],
     *,
     where: str,
     skipna: bool,
-    per_step: bool,
+    cell_refs: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> RunMoments:
     """The exact accumulator of the ``blocks`` of some streams (those absent
     stay empty): a sample, or the differences across the seam of two time
-    ranges (:mod:`wxstats.runtime.state`)."""
-    acc = RunMoments.create(specs)
+    ranges (:mod:`wxstats.runtime.state`). Every time step is summed with its
+    own reference, so the result depends on the blocks' data alone."""
+    acc = RunMoments.create(specs, cell_refs)
     for spec in specs:
         if spec.name not in blocks:
             continue
-        ref = refs[spec.name]
         for block, at in group_runs(blocks[spec.name]):
-            part = slice(at, at + len(block.channels))
-            sums = block_sums(
-                block,
-                ref.values.shift[part],
-                ref.values.scale[part],
-                {k: r.shift[part] for k, r in ref.diffs.items()},
-                {k: r.scale[part] for k, r in ref.diffs.items()},
-            )
+            sums = block_sums(block)
             here = block.origin or where  # the file holding these values
             _refuse_bad_values(here, spec, sums, skipna, at)
-            cells = acc.streams[spec.name].cells
-            if cells is not None:
+            stream = acc.streams[spec.name]
+            if stream.cells is not None and stream.cell_reference is not None:
                 t0, t1 = block.value_range
+                shift, scale = stream.cell_reference
+                part = slice(at, at + len(block.channels))
                 try:
                     add_steps(
-                        cells,
+                        stream.cells,
                         block.array[t0:t1][:, :, block.channels],
-                        ref.values.shift[part],
-                        ref.values.scale[part],
+                        shift[part],
+                        scale[part],
                     )
                 except CellRangeError:
                     raise InputError(
@@ -148,12 +102,12 @@ def blocks_accumulator(
                         "(makani's time_means, ACE's time-mean.nc) cannot be summed exactly"
                     ) from None
             try:
-                acc.add(spec.name, sums, per_step, at)
+                acc.add(spec.name, sums, at)
             except NonFiniteSums as exc:
                 bad = ", ".join(spec.features[f] for f in exc.features)
                 raise InputError(
                     f"{here}: variable(s) {bad}: values span too wide a range for float64 "
-                    "sums (relative to the first time step of the first sample)"
+                    "sums of one time step"
                 ) from None
     return acc
 
@@ -196,23 +150,24 @@ def group_runs(block: Block) -> list[tuple[Block, int]]:
 
 
 def sample_accumulator(
-    source: Source, index: int, refs: dict[str, StreamReference], skipna: bool
+    source: Source,
+    index: int,
+    skipna: bool,
+    cell_refs: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> RunMoments:
     """The exact accumulator of one sample (deterministic, whoever runs it)."""
     return blocks_accumulator(
         source.streams,
         source.read(index),
-        refs,
         where=source.describe(index),
         skipna=skipna,
-        per_step=source.exact_per_step,
+        cell_refs=cell_refs,
     )
 
 
 def accumulate(
     source: Source,
     indices: Iterable[int],
-    refs: dict[str, StreamReference],
     *,
     skipna: bool = False,
     threads: int = 1,
@@ -224,6 +179,9 @@ def accumulate(
     Each merge and its ``on_sample`` run under ``guard`` (a checkpoint's lock:
     outside it the accumulator matches the samples reported)."""
     total = into if into is not None else empty_accumulator(source)
+    cell_refs = {
+        name: s.cell_reference for name, s in total.streams.items() if s.cell_reference is not None
+    }
     indices = list(indices)
     ahead = max(1, threads)
 
@@ -241,7 +199,7 @@ def accumulate(
         hint(0)
         for n, i in enumerate(indices):
             hint(n + 1)
-            merged(i, sample_accumulator(source, i, refs, skipna))
+            merged(i, sample_accumulator(source, i, skipna, cell_refs))
         return total
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
     try:
@@ -252,7 +210,7 @@ def accumulate(
             hint(n)
         for n, i in enumerate(indices):
             hint(n + ahead)
-            pending.append((i, pool.submit(sample_accumulator, source, i, refs, skipna)))
+            pending.append((i, pool.submit(sample_accumulator, source, i, skipna, cell_refs)))
             if len(pending) >= window:
                 j, fut = pending.pop(0)
                 merged(j, fut.result())

@@ -6,19 +6,21 @@ adjacent time ranges therefore give the full run's sums as: the sums of the
 first range, plus those of the second, plus the differences whose earlier
 time is in the first range and later time in the second (the *seam*:
 computed from the first range's last and the second range's first
-``max(diff_steps)`` steps, which every state keeps). With the same shift/scale
-references (those of the earliest range, which a full run takes too) the
-result is the same bytes as the full run.
+``max(diff_steps)`` steps, which every state keeps). Every time step is
+summed relative to its own reference (:mod:`wxstats.core.unit_reference`), so
+states computed apart, on any machines and in any order, join to the same
+bytes as the full run.
 
 :func:`combine` joins states in time order (refusing overlaps, gaps unless
-allowed, other data or other references); :class:`Growth` is what a
-``compute`` or ``update`` run does with states: take the references from the
-state, check the new data against it before reading it, and after the
-all-reduce join the new sums to the state's and keep the result to write.
+allowed, other data); :class:`Growth` is what a ``compute`` or ``update`` run
+does with states: check the new data against the state before reading it, and
+after the all-reduce join the new sums to the state's and keep the result to
+write.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +28,11 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.accumulator import RunMoments
-from wxstats.core.combine import StreamReference
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
-from wxstats.runtime.engine import blocks_accumulator, references
-from wxstats.runtime.identity import references_digest
+from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
     Coverage,
     State,
@@ -40,7 +40,6 @@ from wxstats.runtime.state import (
     coverage_of,
     identity_of,
     refuse_mismatch,
-    refuse_other_references,
     state_of_run,
 )
 from wxstats.sources.base import Source
@@ -90,10 +89,8 @@ def seam(state: State, earlier: Span, later: Span, where: str) -> RunMoments:
     return blocks_accumulator(
         state.specs,
         blocks,
-        state.refs,
         where=where,
         skipna=state.identity["skipna"],
-        per_step=True,
     )
 
 
@@ -188,9 +185,8 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     acc.merge(first.acc)
     static = first.static_streams
     ruler = first  # the first state with a time step (more than one step) gives it
-    for other in ordered[1:]:  # the earliest range's references are the full run's
+    for other in ordered[1:]:
         refuse_mismatch(first, other.identity, other.name, verb)
-        refuse_other_references(first, other, verb)
         _check_axis(ruler, other, verb)
         ruler = ruler if ruler.coverage.step is not None else other
         for name in static:
@@ -244,8 +240,6 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
             ranges if len(ranges) > 1 else None,
         ),
         acc=acc,
-        refs=first.refs,
-        reference_origin=first.reference_origin,
         head={v: np.concatenate([p.head[v] for p in joined]) for v in first.head},
         tail={v: np.concatenate([p.tail[v] for p in joined]) for v in first.tail},
         weights=first.weights,
@@ -261,7 +255,7 @@ def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
 
 def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     """The statistics of a state, attributes saying what it covers."""
-    stats = state.acc.extract(state.specs, state.refs, state.identity["kind"])
+    stats = state.acc.extract(state.specs, state.identity["kind"])
     cov = state.coverage
     stats.attrs = dict(state.attrs)
     stats.attrs.pop("gaps", None)
@@ -273,11 +267,6 @@ def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     stats.attrs["grown_from"] = "; ".join(f"{d[0]}: {d[1]} to {d[2]}" for d in state.datasets)
     if state.attrs.get("gaps"):
         stats.attrs["gaps"] = "; ".join(f"{a} to {b}" for a, b in state.attrs["gaps"])
-    if state.reference_origin != cov.label(cov.first):
-        stats.warnings.append(
-            f"the shift/scale references come from {state.reference_origin}, not from the first "
-            f"time {cov.label(cov.first)}: exact sums, but a full run may differ in the last bits"
-        )
     stats.warnings.extend(warnings or [])
     return stats
 
@@ -285,46 +274,38 @@ def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
 @dataclass
 class Growth:
     """A run's use of states (see module docstring): ``base`` to update,
-    ``reference`` to take the shift/scale from, ``output`` to write."""
+    ``output`` to write."""
 
     output: Path | None = None
     base: State | None = None
-    reference: State | None = None
     allow_gap: bool = False
     result: State | None = field(default=None, init=False)
 
     @staticmethod
     def of(options: Any) -> Growth | None:
+        if options.reference_state is not None:
+            # kept for old scripts: every time step is now its own reference
+            warnings.warn(
+                "--reference-state is no longer needed and is ignored: states computed "
+                "apart merge to the full run's bytes",
+                FutureWarning,
+                stacklevel=2,
+            )
         if options.state is None and options.base_state is None:
-            if options.reference_state is not None:
-                raise WxstatsError("--reference-state needs --state FILE (the state to write)")
             return None
         base = State.read(str(options.base_state)) if options.base_state else None
-        ref = State.read(str(options.reference_state)) if options.reference_state else None
-        return Growth(options.state, base, ref, bool(options.allow_gap))
-
-    @property
-    def _from(self) -> State | None:
-        return self.base or self.reference
-
-    def reference_key(self) -> str | None:
-        """The references taken from a state, for the run's identity (resuming
-        or joining ranks with another state's references is refused)."""
-        return references_digest(self._from.refs) if self._from is not None else None
+        return Growth(options.state, base, bool(options.allow_gap))
 
     def check(self, source: Source, skipna: bool) -> None:
         """Refuse, before any data is read, what cannot become a state or grow one."""
         what = "updating a state" if self.base else "--state"
         check_source(source, what)
         identity = identity_of(source, skipna)
-        verb = "update" if self.base else "take the references of"
-        if self._from is not None:
-            refuse_mismatch(self._from, identity, source.path, verb)
+        if self.base is not None:
+            refuse_mismatch(self.base, identity, source.path, "update")
         coverage = coverage_of(source)
         if self.base is not None:
-            preview = State(
-                identity, source.streams, coverage, self.base.acc, {}, "", path=source.path
-            )
+            preview = State(identity, source.streams, coverage, self.base.acc, path=source.path)
             base = self.base.coverage
             if coverage.dtype == base.dtype and coverage.last < base.first:
                 raise WxstatsError(
@@ -335,12 +316,6 @@ class Growth:
             check_next(self.base, preview, self.allow_gap, "update")
             if source.splits[0].start > 0:  # the data holds the state's times too
                 self._check_tail(source)
-        elif self.reference is None and coverage.n <= max(source.diff_steps):
-            raise WxstatsError(
-                f"{source.path}: {coverage.n} time steps are too few for a state with "
-                f"difference steps up to {max(source.diff_steps)}: its references need "
-                f"{max(source.diff_steps) + 1} steps (or give --reference-state)"
-            )
 
     def _check_tail(self, source: Any) -> None:
         """``update --only-new`` on data that holds the state's times too: its
@@ -369,23 +344,13 @@ class Growth:
                     "changed since the state was computed; recompute the state"
                 )
 
-    def references(self, source: Source) -> dict[str, StreamReference]:
-        return self._from.refs if self._from is not None else references(source)
-
-    def grown(
-        self, source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool
-    ) -> Stats:
+    def grown(self, source: Any, acc: RunMoments, skipna: bool) -> Stats:
         """The statistics after the run, keeping the state to write."""
-        origin = (
-            self._from.reference_origin
-            if self._from
-            else coverage_of(source).label(coverage_of(source).first)
-        )
-        new = state_of_run(source, acc, refs, skipna, origin)
+        new = state_of_run(source, acc, skipna)
         new.path = source.path
         if self.base is None:
             self.result = new
-            return acc.extract(source.streams, refs, source.kind)
+            return acc.extract(source.streams, source.kind)
         self.result = combine([self.base, new], self.allow_gap, "update")
         return state_stats(self.result)
 

@@ -12,8 +12,7 @@ and refuses with :func:`first_difference`. It has three parts:
   keeps this part: it grows only with data that matches it.
 - ``run``: which time steps or samples (times, splits, ``--period``, the
   sample sizes that the block size makes, a MEPS split's file names and
-  sizes), the shift/scale references taken from a state, and the version of
-  the code. The ranks of a job and a checkpoint must match it too.
+  sizes), and the version of the code. The ranks of a job and a checkpoint must match it too.
 - ``files``: where the inputs are and when they changed (paths, sizes,
   modification times, chunk listings): a checkpoint only, as ranks may read
   copies of the data staged on each node.
@@ -32,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from wxstats import __version__
-from wxstats.core.combine import StreamReference
 from wxstats.core.errors import WxstatsError
 from wxstats.sources.base import Source, sample_sizes
 from wxstats.sources.xarray.fingerprint import describe_array_changes
@@ -46,7 +44,7 @@ PARTS = {"state": ("data",), "ranks": ("data", "run"), "checkpoint": ("data", "r
 _ORDER = (
     "data", "run", "version", "kind", "split", "time_dim", "variables", "features", "units",
     "grid", "coords", "channels", "config", "diff_steps", "skipna", "by", "weights",
-    "references", "times", "splits", "period", "window", "inputs", "samples", "wxstats_version",
+    "times", "splits", "period", "window", "inputs", "samples", "wxstats_version",
     "files", "arrays",
 )  # fmt: skip
 """The order keys are compared in: the first difference named is the most telling."""
@@ -63,7 +61,6 @@ _NAMES = {
     "diff_steps": "difference steps",
     "skipna": "--skipna",
     "by": "--by",
-    "references": "shift/scale references (--reference-state or the updated state)",
     "times": "time axis (first, last, steps)",
     "splits": "splits (name, first and end step; --split, --period)",
     "period": "--period",
@@ -77,23 +74,9 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def references_digest(refs: dict[str, StreamReference]) -> str:
-    """The shift/scale references taken from a state, for a run's identity."""
-    parts = [
-        a
-        for name in sorted(refs)
-        for r in [refs[name].values, *(refs[name].diffs[k] for k in sorted(refs[name].diffs))]
-        for a in (r.shift, r.scale)
-    ]
-    return digest(b"".join(np.ascontiguousarray(a, dtype="<f8").tobytes() for a in parts))
-
-
-def run_identity(
-    source: Source, skipna: bool, references: str | None = None, who: str = "checkpoint"
-) -> dict[str, Any]:
+def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[str, Any]:
     """The parts of a run's identity over ``source`` that ``who`` compares (a
-    key of :data:`PARTS`; see module docstring). ``references``:
-    :func:`references_digest` of references taken from a state."""
+    key of :data:`PARTS`; see module docstring)."""
     files = "files" in PARTS[who]
     own = source.identity(files=files)
     sizes = np.array(sample_sizes(source), dtype=np.int64)
@@ -102,8 +85,6 @@ def run_identity(
         "samples": [len(source), digest(sizes.tobytes())],
         "wxstats_version": __version__,
     }
-    if references is not None:
-        run["references"] = references
     whole = {
         "data": {"version": VERSION, **own.get("data", {}), "skipna": bool(skipna)},
         "run": run,

@@ -58,9 +58,6 @@ class Resumable:
         self.interval = float(interval)
         self.clock = clock
         self.done_before = 0
-        self.references: str | None = None
-        """The digest of the shift/scale references when a state gives them
-        (``--reference-state``, ``update``): part of what the sums are."""
         self.started = False  # the folder holds a checkpoint of this run
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
@@ -84,7 +81,7 @@ class Resumable:
         # only rank 0 checks the manifest: the others need not stat every chunk
         self._checkpoint = Checkpoint(
             self.directory,
-            run_identity(source, skipna, self.references) if rank == 0 else {},
+            run_identity(source, skipna) if rank == 0 else {},
         )
         carried: RunMoments | None = None
         payload = b""

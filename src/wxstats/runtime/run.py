@@ -35,7 +35,7 @@ from wxstats.core.machine import end_of_start_up
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Prepared
 from wxstats.runtime import preload
-from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.grow import Growth
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.job import ProgressSettings, Solo, World
@@ -88,11 +88,10 @@ def compute_source(
     out, progress is saved as it goes, and rank 0 adds the earlier runs' exact
     sums before the all-reduce: the same bytes as one uninterrupted run.
 
-    With ``growth`` (``--state``, ``update``) the references may come from a
-    state, and the sums are joined to its sums (:mod:`wxstats.runtime.grow`)."""
+    With ``growth`` (``--state``, ``update``) the sums are joined to a state's
+    sums (:mod:`wxstats.runtime.grow`)."""
     world = world if world is not None else Solo()
     started = time.time()
-    refs = growth.references(source) if growth is not None else references(source)
     todo, carried = range(len(source)), None
     if checkpoint is not None:
         todo, carried = checkpoint.start(source, skipna=skipna, world=world)
@@ -106,7 +105,6 @@ def compute_source(
         accumulate(
             source,
             mine,
-            refs,
             skipna=skipna,
             threads=threads,
             on_sample=after_sample,
@@ -119,11 +117,11 @@ def compute_source(
             acc.merge(carried)
         acc = world.allreduce(acc)
     if growth is not None and world.rank == 0:
-        stats = growth.grown(source, acc, refs, skipna)
+        stats = growth.grown(source, acc, skipna)
     elif growth is not None:  # only rank 0 reads the edges, joins and writes
         stats = Stats(source.kind, {})
     else:
-        stats = acc.extract(source.streams, refs, source.kind)
+        stats = acc.extract(source.streams, source.kind)
     stats.attrs = stats.attrs or dict(source.attrs)
     stats.attrs["skipna"] = int(skipna)
     stats.run = {
@@ -233,9 +231,6 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
     try:
         checkpoint = resumable(options)
         growth = Growth.of(options)
-        refs_key = growth.reference_key() if growth is not None else None
-        if checkpoint is not None:
-            checkpoint.references = refs_key
     except WxstatsError as exc:
         _say(f"error: {exc}")
         return Outcome(2)
@@ -260,7 +255,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         sizes = sample_sizes(source)
         # what every rank must agree on (not the files: data staged per node is fine)
         many = world.world_size > 1
-        identity = run_identity(source, options.skipna, refs_key, "ranks") if many else {}
+        identity = run_identity(source, options.skipna, who="ranks") if many else {}
         world.begin(sizes, identity, replace(progress, unit=source.work_unit))
         end_of_start_up()
         world.raise_if_failed()

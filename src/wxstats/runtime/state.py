@@ -1,13 +1,13 @@
 """What a statistics state is of, and when two states may become one.
 
 A :class:`State` is the exact accumulator of one split of a zarr/netCDF
-dataset over a contiguous time range (:class:`Coverage`), with the shift/scale
-references it was summed with, the identity of the data (variables, features,
+dataset over a contiguous time range (:class:`Coverage`), with the identity of
+the data (variables, features,
 units, grid, difference steps, NaN handling) and the first and last
 ``max(diff_steps)`` time steps (its *edges*). That is enough to add the data
 of a later range with the same bytes as one run over both: the sums are exact
-integers, every time step is summed on its own (the zarr/netCDF summation
-unit), and the differences across the boundary need only the earlier range's
+integers, every time step is summed on its own with its own reference (the
+summation unit), and the differences across the boundary need only the earlier range's
 tail and the later range's head (:mod:`wxstats.runtime.grow`).
 
 The file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
@@ -23,7 +23,6 @@ import numpy as np
 
 from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
-from wxstats.core.combine import Reference, StreamReference
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
@@ -188,16 +187,6 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
     )
 
 
-def reference_parts(refs: dict[str, StreamReference]) -> list[Reference]:
-    """References in the order of :meth:`RunMoments.pack` (streams by name,
-    values then differences by step)."""
-    return [
-        r
-        for name in sorted(refs)
-        for r in [refs[name].values] + [refs[name].diffs[k] for k in sorted(refs[name].diffs)]
-    ]
-
-
 @dataclass
 class State:
     """A statistics state (see module docstring). ``path``: where it was read."""
@@ -206,8 +195,6 @@ class State:
     specs: list[StreamSpec]
     coverage: Coverage
     acc: RunMoments
-    refs: dict[str, StreamReference]
-    reference_origin: str
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
     """Variable -> the first (last) ``min(reach, n)`` steps of each range of the
@@ -233,12 +220,10 @@ class State:
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
         ints, minimum, maximum = self.acc.pack()
-        refs = reference_parts(self.refs)
         meta = {
             "identity": self.identity,
             "coverage": self.coverage.to_json(),
             "streams": [_spec_json(s) for s in self.specs],
-            "reference_origin": self.reference_origin,
             "datasets": self.datasets,
             "attrs": self.attrs,
         }
@@ -247,8 +232,6 @@ class State:
             sums=ints,
             minimum=minimum,
             maximum=maximum,
-            shift=np.concatenate([r.shift for r in refs]),
-            scale=np.concatenate([r.scale for r in refs]),
             edges={v: (self.head[v], self.tail[v]) for v in self.head},
             weights=dict(self.weights),
         )
@@ -268,27 +251,11 @@ class State:
             specs = [_spec_of(s) for s in meta["streams"]]
             acc = RunMoments.create(specs)
             acc.unpack_like(data.sums, data.minimum, data.maximum)
-            refs, i = {}, 0
-            for spec in sorted(specs, key=lambda s: s.name):
-                n = len(spec.features)
-                parts = []
-                for _ in range(1 + len(spec.diff_steps)):
-                    parts.append(
-                        Reference(data.shift[i : i + n].copy(), data.scale[i : i + n].copy())
-                    )
-                    i += n
-                refs[spec.name] = StreamReference(
-                    parts[0], dict(zip(spec.diff_steps, parts[1:], strict=True))
-                )
-            if i != data.shift.shape[0]:
-                raise ValueError("references do not fit the streams")
             return State(
                 identity=meta["identity"],
                 specs=specs,
                 coverage=Coverage(**meta["coverage"]),
                 acc=acc,
-                refs=refs,
-                reference_origin=meta["reference_origin"],
                 head={v: e[0] for v, e in data.edges.items()},
                 tail={v: e[1] for v, e in data.edges.items()},
                 weights=data.weights,
@@ -310,9 +277,7 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
     return run_identity(source, skipna, who="state")["data"]
 
 
-def state_of_run(
-    source: Any, acc: RunMoments, refs: dict[str, StreamReference], skipna: bool, origin: str
-) -> State:
+def state_of_run(source: Any, acc: RunMoments, skipna: bool) -> State:
     """The state of a finished run over ``source`` (reads its edge time steps)."""
     split = source.splits[0]
     coverage = coverage_of(source)
@@ -323,8 +288,6 @@ def state_of_run(
         specs=list(source.streams),
         coverage=coverage,
         acc=acc,
-        refs=refs,
-        reference_origin=origin,
         head=source.steps(split.start, split.start + n),
         tail=source.steps(split.stop - n, split.stop),
         weights={v.name: v.weights for v in source.vars if v.weights is not None},
@@ -364,20 +327,4 @@ def refuse_mismatch(
         raise WxstatsError(
             f"{other_name}: cannot {verb} {first.name}: {change} "
             "(a state grows only with data of the same variables, units, grid and options)"
-        )
-
-
-def refuse_other_references(earliest: State, other: State, verb: str) -> None:
-    """``other`` (a later range) must be summed with ``earliest``'s references,
-    as one run over both would be (``--reference-state``)."""
-    same = all(
-        np.array_equal(a.shift, b.shift) and np.array_equal(a.scale, b.scale)
-        for a, b in zip(reference_parts(earliest.refs), reference_parts(other.refs), strict=True)
-    )
-    if not same:
-        raise WxstatsError(
-            f"{other.name}: cannot {verb} {earliest.name}: computed with other shift/scale "
-            f"references (from {other.reference_origin}, not {earliest.reference_origin}); "
-            f"recompute {other.name} with --reference-state {earliest.name} (the earliest "
-            "range's references, which a full run takes)"
         )

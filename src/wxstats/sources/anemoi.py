@@ -7,7 +7,7 @@ window (named by their time span: ``6h``, ``12h``, ``1d``). This source gives
 the engine exactly those values: one stream whose features are the dataset's
 ``variables``, read in contiguous blocks of dates aligned with the ``data``
 chunks (each block reads the ``max(k)`` dates before it, inside the window),
-each date summed exactly on its own (``exact_per_step``), so the block size
+each date summed exactly on its own, so the block size
 and the number of ranks never change a bit.
 
 The window is, in order: ``--period START/END`` (inclusive, as for any
@@ -102,7 +102,6 @@ class AnemoiSource:
 
     kind = KIND
     work_unit = "time block"
-    exact_per_step = True
 
     def __init__(
         self,

@@ -18,20 +18,15 @@ from wxstats.core.stats import StreamSpec
 
 
 class Source(Protocol):
-    """An ordered list of samples (see module docstring).
-
-    ``exact_per_step``: whether each time step is summed exactly on its own
-    (a source whose samples are arbitrary groups of time steps, so that the
-    grouping never changes a bit) rather than each sample (see
-    :mod:`wxstats.core.combine`).
-    """
+    """An ordered list of samples (see module docstring). Every time step of a
+    sample is a summation unit of its own (:mod:`wxstats.core.combine`), so how
+    time steps are grouped into samples never changes a bit."""
 
     kind: str
     work_unit: str
     """What one sample is, in words for people (``sample``, ``time block``)."""
     streams: list[StreamSpec]
     attrs: dict[str, Any]
-    exact_per_step: bool
 
     def __len__(self) -> int: ...
 
@@ -40,8 +35,8 @@ class Source(Protocol):
         ...
 
     def reference_blocks(self) -> dict[str, Block]:
-        """The blocks the shifts and scales are taken from (the first time step
-        of each stream's block), the same on every rank and in every run."""
+        """The first time steps of each stream: the fixed point of per grid point
+        time sums comes from them, the same on every rank and in every run."""
         ...
 
     def describe(self, index: int) -> str:

@@ -66,7 +66,6 @@ class MepsSource:
 
     kind = "npyfilesmeps"
     work_unit = "sample"
-    exact_per_step = False  # a sample is always read whole: it is the unit
 
     def __init__(
         self,

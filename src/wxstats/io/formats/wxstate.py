@@ -3,8 +3,8 @@
 Why a file of its own: statistics that were rounded cannot be updated
 exactly, but the exact integer sums behind them can. A state holds those sums
 and everything needed to add more data later with the same bytes as a full
-run (``wxstats update``, ``wxstats merge``): the shift/scale references, the
-identity of the data, the time range covered and its edge time steps.
+run (``wxstats update``, ``wxstats merge``): the identity of the data, the
+time range covered and its edge time steps.
 
 The format is a small netCDF4 file, readable by any netCDF tool (the layout is
 documented in ``docs/state-format.md``):
@@ -15,14 +15,16 @@ documented in ``docs/state-format.md``):
   ``checksum`` (SHA-256 of ``meta`` and every array, to refuse a damaged file);
 * ``sums`` (int64, dimension ``word``): the packed exact sums of
   :meth:`wxstats.core.accumulator.RunMoments.pack`;
-* ``minimum``, ``maximum``, ``shift``, ``scale`` (float64, dimension ``part_feature``):
-  extremes and references of every (stream, part, feature), in the same order;
+* ``minimum``, ``maximum`` (float64, dimension ``part_feature``): the extremes of
+  every (stream, part, feature), in the same order;
 * ``{variable}__head`` / ``{variable}__tail``: the decoded first and last time
   steps of each variable with time (``(step, grid, feature)``, the decoded dtype);
 * ``{variable}__weights`` (float64, ``(grid,)``): a weighted state's grid-point
-  weights (``--weights``), for the differences across a seam. A weighted state is
-  version 2 (its sums hold the weights' sums too: version 1 readers refuse it);
-  an unweighted one stays version 1.
+  weights (``--weights``), for the differences across a seam.
+
+Version 3 holds the exact sums of ``x`` and ``x²`` (each time step summed with its
+own reference); versions 1 and 2 held sums relative to one run-wide reference
+and are refused in one line (recompute them).
 
 This module only encodes and decodes; what the contents mean and when two
 states may be combined is :mod:`wxstats.runtime.state`.
@@ -43,10 +45,9 @@ from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
 FORMAT_NAME = "wxstats-state"
-FORMAT_VERSION = 2
-UNWEIGHTED_VERSION = 1
+FORMAT_VERSION = 3
 SUFFIX = ".wxstate"
-PART_ARRAYS = ("minimum", "maximum", "shift", "scale")
+PART_ARRAYS = ("minimum", "maximum")
 
 
 @dataclass
@@ -57,8 +58,6 @@ class StateFile:
     sums: np.ndarray  # int64 (words,)
     minimum: np.ndarray  # float64 (parts,)
     maximum: np.ndarray
-    shift: np.ndarray
-    scale: np.ndarray
     edges: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     """Variable name -> (head, tail), each ``(step, grid, feature)``."""
     wxstats_version: str = ""
@@ -109,9 +108,7 @@ def state_writer(state: StateFile, wxstats_version: str) -> Writer:
             data[f"{var}__weights"] = ((f"{var}__grid",), weights, {})
         attrs = {
             "wxstats_state_format": FORMAT_NAME,
-            "wxstats_state_version": np.int32(
-                FORMAT_VERSION if state.weights else UNWEIGHTED_VERSION
-            ),
+            "wxstats_state_version": np.int32(FORMAT_VERSION),
             "wxstats_version": wxstats_version,
             "meta": meta_text,
             "checksum": _checksum(meta_text, _arrays(state)),
@@ -155,7 +152,14 @@ def read_state_file(path: str | Path) -> StateFile:
                 f"({attrs.get('wxstats_version', '?')}); this wxstats reads version "
                 f"{FORMAT_VERSION}: upgrade wxstats"
             )
-        if version not in (UNWEIGHTED_VERSION, FORMAT_VERSION):
+        if version in (1, 2):
+            raise WxstatsError(
+                f"{path}: state format version {version}, written by wxstats "
+                f"{attrs.get('wxstats_version', '?')}, holds sums relative to one run-wide "
+                f"reference; this wxstats reads version {FORMAT_VERSION} (every time step its "
+                "own reference): recompute the state with this wxstats"
+            )
+        if version != FORMAT_VERSION:
             raise _damaged(path, f"unknown state format version {version}")
         meta_text = str(attrs["meta"])
         arrays = {name: np.asarray(var[...]) for name, var in nc.variables.items()}

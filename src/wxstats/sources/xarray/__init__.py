@@ -6,10 +6,9 @@ sortedness, spacing, splits), :mod:`.layout` (variables, features and grid;
 mllam-data-prep stores), :mod:`.decode` (packing and fill values) and
 :mod:`.blocks` (chunk-aligned samples, reading them).
 
-The engine sums each time step on its own before the exact accumulation
-(``exact_per_step``) and takes the shifts from the first steps of each split
-(:meth:`XarraySource.reference_blocks`), so the block size, the storage format
-and the number of ranks never change a bit.
+The engine sums each time step on its own, with its own reference, before
+the exact accumulation, so the block size, the storage format and the number
+of ranks never change a bit.
 """
 
 from __future__ import annotations
@@ -100,7 +99,6 @@ class XarraySource:
 
     kind = KIND
     work_unit = "time block"
-    exact_per_step = True
 
     def __init__(self, path: str | Path | Any, options: XarrayOptions | None = None) -> None:
         """``path``: what the user named (see :mod:`.open`), or an ``xarray.Dataset``
@@ -315,8 +313,7 @@ class XarraySource:
         return out
 
     def reference_blocks(self) -> dict[str, Block]:
-        """The first steps of each split: shifts and scales that do not depend
-        on the block size."""
+        """The first steps of each split (see :meth:`Source.reference_blocks`)."""
         reach = max(self.diff_steps)
         out = {}
         static = {
