@@ -69,3 +69,21 @@ def assert_close(actual, expected, rtol: float = 1e-10, what: str = "") -> None:
     scale = np.maximum(np.abs(expected), np.finfo(np.float64).tiny)
     rel = np.abs(actual - expected) / scale
     assert np.all(rel <= rtol), f"{what}: max relative error {rel.max():.3g} > {rtol}"
+
+
+def fixed(block, shift, scale, dshift, dscale):
+    """One shift and scale per feature (and per lag) for every step of ``block``:
+    the kernel's sums are then comparable with numpy's over the whole block."""
+    from wxstats.core.kernels import StepReferences
+
+    n_t = block.array.shape[0]
+
+    def rows(v):
+        return np.tile(np.asarray(v, dtype=np.float64), (n_t, 1))
+
+    return StepReferences(
+        rows(shift),
+        rows(scale),
+        {k: rows(v) for k, v in dshift.items()},
+        {k: rows(v) for k, v in dscale.items()},
+    )

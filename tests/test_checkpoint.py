@@ -14,7 +14,7 @@ from distributed_helpers import assert_identical_outputs
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
 from wxstats.runtime.checkpoint import Checkpoint
-from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
@@ -46,14 +46,13 @@ def test_resume_with_another_world_size_is_byte_identical(
     meps_small, tmp_path, first_world, second_world
 ):
     source = open_source(ComputeOptions(dataset=meps_small))
-    refs = references(source)
     clean = compute_source(source)
     # first run: each rank finished part of its range, then was killed
     for rank in range(first_world):
         mine = list(partition(len(source), rank, first_world))[:2]
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=rank > 0)
-        ck.save(mine, accumulate(source, mine, refs))
+        ck.save(mine, accumulate(source, mine))
     # second run: load, share out the rest, merge
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=True)
@@ -64,20 +63,19 @@ def test_resume_with_another_world_size_is_byte_identical(
     for rank in range(second_world):
         total.merge(
             accumulate(
-                source, [remaining[i] for i in partition(len(remaining), rank, second_world)], refs
+                source, [remaining[i] for i in partition(len(remaining), rank, second_world)]
             )
         )
-    resumed = total.extract(source.streams, refs, source.kind)
+    resumed = total.extract(source.streams, source.kind)
     assert _stats_bytes(resumed) == _stats_bytes(clean)
 
 
 def test_part_files_are_replaced_atomically(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
-    refs = references(source)
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=False)
-    ck.save([0], accumulate(source, [0], refs))
-    ck.save([0, 1], accumulate(source, [0, 1], refs))
+    ck.save([0], accumulate(source, [0]))
+    ck.save([0, 1], accumulate(source, [0, 1]))
     # a write killed half-way leaves only a hidden temporary file, which is ignored
     (tmp_path / "ck" / f".{ck.part.name}.xyz.tmp").write_bytes(b"half a file")
     assert len(list((tmp_path / "ck").glob("part-*.npz"))) == 1
@@ -107,11 +105,10 @@ def test_changed_options_or_data_are_refused(meps_copy, tmp_path):
 
 def test_overlapping_parts_are_refused(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
-    refs = references(source)
     for resume in (False, True):
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=resume)
-        ck.save([3], accumulate(source, [3], refs))
+        ck.save([3], accumulate(source, [3]))
     with pytest.raises(WxstatsError, match="two part files"):
         Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
 
@@ -451,7 +448,7 @@ def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path
     acc = empty_accumulator(source)
     stopped = pytest.raises(Interrupted, match="interrupted by SIGTERM")
     with stopped as info, run.tracking(acc) as after_sample:
-        accumulate(source, todo[:2], references(source), on_sample=after_sample, into=acc)
+        accumulate(source, todo[:2], on_sample=after_sample, into=acc)
         os.kill(os.getpid(), signal.SIGTERM)
         run.finish()
     assert info.value.code == 143
@@ -469,7 +466,6 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
     run = Resumable(tmp_path / "ck", interval=3600)
     todo, _ = run.start(source, skipna=False)
     acc = empty_accumulator(source)
-    refs = references(source)
     stuck, release = threading.Event(), threading.Event()
     read = source.read
 
@@ -483,7 +479,7 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
 
     def main_thread():
         with run.tracking(acc) as after_sample:
-            accumulate(source, todo[:4], refs, on_sample=after_sample, into=acc, guard=run.merging)
+            accumulate(source, todo[:4], on_sample=after_sample, into=acc, guard=run.merging)
 
     worker = threading.Thread(target=main_thread)
     worker.start()

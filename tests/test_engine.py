@@ -13,7 +13,7 @@ from reference import assert_close
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec
-from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.run import partition
 from wxstats.sources.meps import MepsSource
 
@@ -22,7 +22,6 @@ class ArraySource:
     """In-memory samples (T, G, F) for tests: state with diffs of the given lags."""
 
     kind = "arrays"
-    exact_per_step = False
 
     def __init__(self, samples: list[np.ndarray], lags: tuple[int, ...]) -> None:
         self.samples = samples
@@ -81,12 +80,11 @@ def _reference(samples, lags, skipna):
 
 
 def _run(source, world, skipna=False, reverse=False):
-    refs = references(source)
     total = empty_accumulator(source)
     ranks = range(world - 1, -1, -1) if reverse else range(world)
     for rank in ranks:
-        total.merge(accumulate(source, partition(len(source), rank, world), refs, skipna=skipna))
-    return total.extract(source.streams, refs, source.kind)
+        total.merge(accumulate(source, partition(len(source), rank, world), skipna=skipna))
+    return total.extract(source.streams, source.kind)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -211,10 +209,9 @@ class Recording(MepsSource):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_every_sample_is_prefetched_before_it_is_read(meps_small, threads):
     source = Recording(meps_small)
-    refs = references(source)
     source.events.clear()
     indices = [7, 2, 5, 0, 9, 4]
-    one = accumulate(source, indices, refs, threads=threads)
+    one = accumulate(source, indices, threads=threads)
     hinted = [i for kind, i in source.events if kind == "prefetch"]
     assert sorted(hinted) == sorted(indices)  # each once, nothing else
     for i in indices:
@@ -228,7 +225,7 @@ def test_every_sample_is_prefetched_before_it_is_read(meps_small, threads):
             hints += 1
             assert hints <= reads + 3 * threads + 1
     # and they change nothing
-    plain = accumulate(MepsSource(meps_small), indices, refs, threads=1)
+    plain = accumulate(MepsSource(meps_small), indices, threads=1)
     assert [p.tobytes() for p in one.pack()] == [p.tobytes() for p in plain.pack()]
 
 
@@ -286,7 +283,6 @@ def test_ctrl_c_with_threads_never_starts_the_queued_samples(meps_small, monkeyp
     monkeypatch.setattr(engine, "ThreadPoolExecutor", CountingPool)
     source = _GatedSource(meps_small, running=threads)
     source.gate.set()
-    refs = references(source)  # reads sample 0 through the open gate
     source.gate.clear()
     source.started.clear()
     source.finished.clear()
@@ -314,7 +310,7 @@ def test_ctrl_c_with_threads_never_starts_the_queued_samples(meps_small, monkeyp
     sender.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            accumulate(source, range(len(source)), refs, threads=threads)
+            accumulate(source, range(len(source)), threads=threads)
         # the interrupt came back while every running read still waited at the gate
         assert source.finished == []
     finally:

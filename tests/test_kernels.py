@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from reference import fixed
 from wxstats.core.kernels import (
     GRID_CHUNK,
     Block,
@@ -37,8 +38,8 @@ def test_compiled_kernel_matches_numpy_definitions(dtype):
     rng = np.random.default_rng(0)
     block = _block(rng, dtype)
     shift, scale, dshift, dscale = SHIFT, SCALE, DSHIFT, DSCALE
-    fast = block_sums(block, shift, scale, dshift, dscale)
-    slow = block_sums_numpy(block, shift, scale, dshift, dscale)
+    fast = block_sums(block, fixed(block, shift, scale, dshift, dscale))
+    slow = block_sums_numpy(block, fixed(block, shift, scale, dshift, dscale))
     a = block.array[:, :, block.channels].astype(np.float64)
     assert list(fast.count) == [7 * 1100] * 4
     np.testing.assert_allclose(fast.sum1, slow.sum1, rtol=1e-9, atol=1e-9)
@@ -64,10 +65,13 @@ def test_kernel_counts_and_skips_nan_and_inf():
     block.array[4, 9, 2] = np.inf
     out = block_sums(
         block,
-        np.zeros(4),
-        np.ones(4),
-        {1: np.zeros(4), 3: np.zeros(4)},
-        {1: np.ones(4), 3: np.ones(4)},
+        fixed(
+            block,
+            np.zeros(4),
+            np.ones(4),
+            {1: np.zeros(4), 3: np.zeros(4)},
+            {1: np.ones(4), 3: np.ones(4)},
+        ),
     )
     assert list(out.nan_count) == [2, 0, 0, 0]
     assert list(out.inf_count) == [0, 1, 0, 0]
@@ -117,7 +121,8 @@ def test_kernel_adds_in_the_documented_order_bit_for_bit(n_c, n_g):
     a = rng.normal(100.0, 3.0, size=(5, n_g, n_c)).astype(np.float32)
     channels = np.arange(n_c)
     shift, scale = np.full(n_c, 99.0), np.full(n_c, 4.0)
-    fast = block_sums(Block(a, channels, (1, 5)), shift, scale, {}, {})
+    block = Block(a, channels, (1, 5))
+    fast = block_sums(block, fixed(block, shift, scale, {}, {}))
     expected = _documented_order(a, channels, 1, 5, shift, scale)
     assert fast.step_sum1.tobytes() == expected.tobytes()
 
@@ -146,7 +151,10 @@ def test_kernel_matches_numpy_across_chunks_lanes_and_leftovers(n_c, n_g):
     channels = np.arange(n_c)[::2] if n_c > 2 else np.arange(n_c)
     block = Block(a, channels, (0, 7), {1: (0, 7), 3: (2, 6)})
     args = _args(len(channels))
-    fast, slow = block_sums(block, *args), block_sums_numpy(block, *args)
+    fast, slow = (
+        block_sums(block, fixed(block, *args)),
+        block_sums_numpy(block, fixed(block, *args)),
+    )
     np.testing.assert_array_equal(fast.count, slow.count)
     np.testing.assert_array_equal(fast.minimum, slow.minimum)
     np.testing.assert_array_equal(fast.maximum, slow.maximum)
@@ -166,12 +174,13 @@ def test_checked_path_adds_the_same_numbers_in_the_same_order():
     rng = np.random.default_rng(5)
     a = rng.normal(100.0, 3.0, size=(9, 1300, 6)).astype(np.float32)
     block = Block(a, np.array([0, 1, 2, 4, 5]), (1, 8), {1: (1, 9), 3: (4, 8)})
-    clean = block_sums(block, *_args(5))
+    clean = block_sums(block, fixed(block, *_args(5)))
     dirty = a.copy()
     dirty[2, 5, 3] = np.nan
     dirty[6, 900, 3] = np.inf
     dirty[7, 1299, 3] = -np.inf
-    spoiled = block_sums(Block(dirty, block.channels, (1, 8), block.diff_ranges), *_args(5))
+    dirty_block = Block(dirty, block.channels, (1, 8), block.diff_ranges)
+    spoiled = block_sums(dirty_block, fixed(dirty_block, *_args(5)))
     assert _bits(clean) == _bits(spoiled)
 
 
@@ -182,26 +191,30 @@ def test_layout_does_not_change_bits():
     strided = np.asfortranarray(base)
     assert not strided.flags.c_contiguous
     ranges = {2: (2, 6)}
-    one = block_sums(Block(base, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
-    two = block_sums(Block(strided, np.arange(8), (0, 6), ranges), *_args(8, (2,)))
+    b1, b2 = Block(base, np.arange(8), (0, 6), ranges), Block(strided, np.arange(8), (0, 6), ranges)
+    one = block_sums(b1, fixed(b1, *_args(8, (2,))))
+    two = block_sums(b2, fixed(b2, *_args(8, (2,))))
     assert _bits(one) == _bits(two)
 
 
 def test_overflowing_float64_values_and_differences_keep_their_semantics():
-    # finite values whose differences overflow: values counted (sums become
-    # inf, which the engine reports), differences that are not finite skipped
+    # finite values whose squares overflow with the given scale: the step is summed
+    # again with its scale from its whole row (its own data), so its sums are
+    # finite; differences that are not finite are skipped
     a = np.full((4, 600, 2), 1.0)
     a[1, 10, 0] = 1.7e308
     a[2, 10, 0] = -1.7e308
     block = Block(a, np.arange(2), (0, 4), {1: (1, 4)})
     args = (np.zeros(2), np.ones(2), {1: np.zeros(2)}, {1: np.ones(2)})
-    fast = block_sums(block, *args)
+    fast = block_sums(block, fixed(block, *args))
     with np.errstate(over="ignore", invalid="ignore"):
-        slow = block_sums_numpy(block, *args)
+        slow = block_sums_numpy(block, fast.refs)
     np.testing.assert_array_equal(fast.count, slow.count)
     np.testing.assert_array_equal(fast.diff_count[1], slow.diff_count[1])
     assert fast.diff_count[1][0] == 3 * 600 - 1  # (1,2) overflows; (0,1), (2,3) do not
-    assert not np.isfinite(fast.sum2[0]) and np.isfinite(fast.sum1[1])
+    assert np.isfinite(fast.step_sum2).all() and np.isfinite(fast.diff_step_sum2[1]).all()
+    assert list(fast.refs.scale[:, 0]) == [1.0, 2.0**1020, 2.0**1020, 1.0]  # only those widened
+    np.testing.assert_allclose(fast.step_sum2, slow.step_sum2, rtol=1e-12)
     assert fast.maximum[0] == 1.7e308 and fast.minimum[0] == -1.7e308
 
 
@@ -215,8 +228,8 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
     block = Block(clean.array, clean.channels, clean.value_range, clean.diff_ranges,
                   weights=weights)  # fmt: skip
     shift, scale, dshift, dscale = SHIFT, SCALE, DSHIFT, DSCALE
-    fast = block_sums(block, shift, scale, dshift, dscale)
-    slow = block_sums_numpy(block, shift, scale, dshift, dscale)
+    fast = block_sums(block, fixed(block, shift, scale, dshift, dscale))
+    slow = block_sums_numpy(block, fixed(block, shift, scale, dshift, dscale))
     a = block.array[:, :, block.channels].astype(np.float64)
     y = (a - shift) / scale
     w = weights[None, :, None]
@@ -230,10 +243,10 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
     assert list(fast.count) == [7 * 1100] * 4  # counts stay counts
     spoiled = block.array.copy()
     spoiled[2, 5, 0] = np.nan  # channel 0 of the first chunk at step 2
-    again = block_sums(
-        Block(spoiled, block.channels, block.value_range, block.diff_ranges, weights=weights),
-        shift, scale, dshift, dscale,
-    )  # fmt: skip
+    spoiled_block = Block(
+        spoiled, block.channels, block.value_range, block.diff_ranges, weights=weights
+    )
+    again = block_sums(spoiled_block, fixed(spoiled_block, shift, scale, dshift, dscale))
     assert again.step_sum1[:, 1:].tobytes() == fast.step_sum1[:, 1:].tobytes()
     assert again.step_weight[:, 1:].tobytes() == fast.step_weight[:, 1:].tobytes()
     assert np.isclose(again.step_weight[2, 0], fast.step_weight[2, 0] - weights[5])
@@ -244,16 +257,13 @@ _DIGEST_SCRIPT = """
 import hashlib, numpy as np
 import wxstats.core.kernel_choice as choice
 import wxstats.core.kernels as kernels
-from wxstats.core.combine import Reference
 choice.KERNEL = {kernel!r}
 rng = np.random.default_rng(1)
 a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))
 a = a.astype(np.float32)
-ref, dref = Reference.from_values(a[0]), Reference.from_values(a[1] - a[0].astype(np.float64))
-s = kernels.block_sums(kernels.Block(a, np.arange(5), (0, 6), {{1: (1, 6)}}),
-                       ref.shift, ref.scale, {{1: dref.shift}}, {{1: dref.scale}})
-parts = [s.step_sum1, s.step_sum2, s.minimum, s.maximum, s.diff_step_sum1[1],
-         s.diff_step_sum2[1], s.diff_minimum[1], s.diff_maximum[1]]
+s = kernels.block_sums(kernels.Block(a, np.arange(5), (0, 6), {{1: (1, 6)}}))
+parts = [s.refs.shift, s.refs.scale, s.step_sum1, s.step_sum2, s.minimum, s.maximum,
+         s.diff_step_sum1[1], s.diff_step_sum2[1], s.diff_minimum[1], s.diff_maximum[1]]
 print(hashlib.sha256(b"".join(p.tobytes() for p in parts)).hexdigest())
 """
 

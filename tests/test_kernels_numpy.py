@@ -11,6 +11,7 @@ import pytest
 
 import wxstats.core.kernel_choice as choice
 import wxstats.core.kernels as kernels
+from reference import fixed
 from wxstats.core.kernels import Block, block_sums, lanes_per_channel
 
 
@@ -55,9 +56,9 @@ def test_numpy_twin_is_the_compiled_kernel_bit_for_bit(
     block = Block(a, channels, (1, 7), {1: (1, 8), 3: (4, 8)}, weights=weights)
     args = (np.full(n_c, 0.5), np.full(n_c, 4.0), {1: np.zeros(n_c), 3: np.full(n_c, 0.25)},
             {1: np.ones(n_c), 3: np.full(n_c, 2.0)})  # fmt: skip
-    compiled = block_sums(block, *args)
+    compiled = block_sums(block, fixed(block, *args))
     monkeypatch.setattr(choice, "KERNEL", "numpy")
-    twin = block_sums(block, *args)
+    twin = block_sums(block, fixed(block, *args))
     assert _all_bits(twin) == _all_bits(compiled)
 
 
@@ -72,10 +73,8 @@ def _wide_float32(rng, shape) -> np.ndarray:
 def test_fused_scaling_adds_the_bits_of_subtract_then_multiply(monkeypatch, seed, spread):
     """For float32 input the compiled kernel computes ``(v - p) * q`` as one fused
     multiply-add (kernels.fused_scaling_is_exact): the twin's subtract-then-multiply
-    bits, for references derived from the data as the combiner derives them, on
-    values and differences from subnormals to 1e38."""
-    from wxstats.core.combine import Reference
-
+    bits, for references derived from each step's data as the kernel derives them,
+    on values and differences from subnormals to 1e38."""
     rng = np.random.default_rng(seed)
     shape = (5, 700, 4)
     if spread == "wide":
@@ -84,16 +83,14 @@ def test_fused_scaling_adds_the_bits_of_subtract_then_multiply(monkeypatch, seed
         a = rng.normal(101325.0, 50.0, size=shape).astype(np.float32)
     else:  # values near the float32 subnormal range
         a = (rng.normal(0.0, 1.0, size=shape) * 2.0**-140).astype(np.float32)
-    ref = Reference.from_values(a[0])
-    dref = Reference.from_values(a[1].astype(np.float64) - a[0])
-    lane_p = np.tile(ref.shift, 8)
-    assert kernels.fused_scaling_is_exact(lane_p, np.tile(1 / ref.scale, 8))
     block = Block(a, np.arange(4), (0, 5), {1: (1, 5)})
-    args = (ref.shift, ref.scale, {1: dref.shift}, {1: dref.scale})
     monkeypatch.setattr(choice, "KERNEL", "numba")
-    compiled = block_sums(block, *args)
+    compiled = block_sums(block)
+    refs = compiled.refs
+    assert kernels.fused_scaling_is_exact(refs.shift, 1 / refs.scale)
+    assert kernels.fused_scaling_is_exact(refs.diff_shift[1], 1 / refs.diff_scale[1])
     monkeypatch.setattr(choice, "KERNEL", "numpy")
-    assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)
+    assert _all_bits(block_sums(block)) == _all_bits(compiled)
 
 
 def test_references_outside_the_fused_range_are_summed_in_float64(monkeypatch):
@@ -109,9 +106,9 @@ def test_references_outside_the_fused_range_are_summed_in_float64(monkeypatch):
     block = Block(a, np.arange(2), (0, 4), {1: (1, 4)})
     args = (np.full(2, 99.3), np.full(2, 3.0), {1: np.full(2, 0.1)}, {1: np.full(2, 5.0)})
     monkeypatch.setattr(choice, "KERNEL", "numba")
-    compiled = block_sums(block, *args)
+    compiled = block_sums(block, fixed(block, *args))
     monkeypatch.setattr(choice, "KERNEL", "numpy")
-    assert _all_bits(block_sums(block, *args)) == _all_bits(compiled)
+    assert _all_bits(block_sums(block, fixed(block, *args))) == _all_bits(compiled)
 
 
 def test_the_twin_is_rented_only_up_to_the_price_of_loading_numba(monkeypatch):
@@ -124,15 +121,14 @@ def test_the_twin_is_rented_only_up_to_the_price_of_loading_numba(monkeypatch):
     monkeypatch.delitem(sys.modules, "wxstats.core._kernels_numba", raising=False)
     rng = np.random.default_rng(0)
     block = Block(rng.normal(size=(3, 40, 2)).astype(np.float32), np.arange(2), (0, 3), {})
-    args = (np.zeros(2), np.ones(2), {}, {})
 
     monkeypatch.setattr(choice, "_twin_spent", 0.0)
-    block_sums(block, *args)
+    block_sums(block)
     assert calls == [] and choice._twin_spent > 0  # small, budget left: the twin, its CPU timed
     monkeypatch.setattr(choice, "_twin_spent", choice.TWIN_SECONDS)
-    block_sums(block, *args)
+    block_sums(block)
     assert calls == ["numba"]  # the budget spent: the compiled kernel, however small
     monkeypatch.setattr(choice, "_twin_spent", 0.0)
     monkeypatch.setitem(sys.modules, "wxstats.core._kernels_numba", object())
-    block_sums(block, *args)
+    block_sums(block)
     assert calls == ["numba", "numba"]  # numba already loaded: never the twin

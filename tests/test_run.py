@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from reference import assert_close, meps_reference
-from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source, write_outputs
 from wxstats.runtime.run import compute, compute_source, partition
@@ -88,15 +88,14 @@ def test_any_grouping_gives_identical_bytes(meps_small, tmp_path, parts):
     """Simulate ranks: split the samples into contiguous parts, reduce each
     part on its own (in reverse order), merge the parts in reverse order."""
     source = open_source(ComputeOptions(dataset=meps_small))
-    refs = references(source)
     whole = compute_source(source)
     partials = [
-        accumulate(source, reversed(partition(len(source), r, parts)), refs) for r in range(parts)
+        accumulate(source, reversed(partition(len(source), r, parts))) for r in range(parts)
     ]
     total = empty_accumulator(source)
     for p in reversed(partials):
         total.merge(p)
-    grouped = total.extract(source.streams, refs, source.kind)
+    grouped = total.extract(source.streams, source.kind)
     grouped.attrs, grouped.run = whole.attrs, whole.run
     assert _result_bytes(source, whole, tmp_path, "a") == _result_bytes(
         source, grouped, tmp_path, "b"
@@ -137,7 +136,7 @@ def test_help_of_wxstats_compute_lists_every_option_it_takes():
     outputs_and_launch = {
         "dataset", "output_dir", "summary", "output", "write_into", "output_format",
         "overwrite", "level_weights", "min_std", "checkpoint", "checkpoint_interval",
-        "resume", "state", "base_state", "reference_state", "allow_gap", "nproc",
+        "resume", "state", "base_state", "allow_gap", "nproc",
         "backend", "device", "timeout", "quiet", "log_format", "log_interval", "argv",
     }  # fmt: skip
     names = {f.name for f in fields(ComputeOptions)} - outputs_and_launch

@@ -143,10 +143,9 @@ def test_weighted_states_grow_into_the_full_run(store, tmp_path, by):
     full = tmp_path / "full.nc"
     assert main(["compute", str(root / "full.zarr"), "--output", str(full), *opts]) == 0
     for name in RANGES:
-        ref = [] if name == "a" else ["--reference-state", str(tmp_path / "a.wxstate")]
         state = ["--state", str(tmp_path / f"{name}.wxstate")]
         out = ["--output", str(tmp_path / f"{name}.nc")]
-        assert main(["compute", str(root / f"{name}.zarr"), *state, *out, *ref, *opts]) == 0
+        assert main(["compute", str(root / f"{name}.zarr"), *state, *out, *opts]) == 0
     ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.nc"
     assert main(["update", str(tmp_path / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab),
                  "--quiet"]) == 0  # fmt: skip
@@ -244,8 +243,17 @@ def test_weights_must_match_to_grow(store, tmp_path, capsys):
         "lat differs: ascending -81..88 (6 values) in",
     )
     plain = tmp_path / "plain.wxstate"
-    args = ["compute", str(root / "b.zarr"), "--state", str(plain), "--reference-state", str(a)]
-    assert_refused(capsys, tmp_path, [*args, *STEPS], "b.zarr", "--weights none in")
+    args = [
+        "compute",
+        str(root / "b.zarr"),
+        "--state",
+        str(plain),
+        "--output",
+        str(tmp_path / "p.nc"),
+    ]
+    assert main([*args, *STEPS]) == 0
+    args = ["merge", str(a), str(plain), "--output", str(tmp_path / "m.nc")]
+    assert_refused(capsys, tmp_path, args, "plain.wxstate", "--weights none in")
 
 
 def test_weights_are_for_gridded_data(meps_small, tmp_path, capsys):

@@ -18,7 +18,7 @@ from reference import assert_close
 from wxstats.cli import main
 from wxstats.core.errors import InputError
 from wxstats.io.formats.netcdf import read_stats_file, stats_dataset
-from wxstats.runtime.engine import accumulate, empty_accumulator, references
+from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
 from wxstats.runtime.run import compute, compute_source, partition
@@ -108,11 +108,10 @@ def test_world_sizes_give_identical_bytes(data, world):
     opts = XarrayOptions(splits=SPLITS, diff_steps=STEPS, block_bytes=6 * 6 * 7 * 40)
     source = XarraySource(root / "g.zarr", opts)
     whole = compute_source(source)
-    refs = references(source)
     total = empty_accumulator(source)
     for rank in reversed(range(world)):
-        total.merge(accumulate(source, partition(len(source), rank, world), refs))
-    grouped = total.extract(source.streams, refs, source.kind)
+        total.merge(accumulate(source, partition(len(source), rank, world)))
+    grouped = total.extract(source.streams, source.kind)
     grouped.attrs, grouped.run = whole.attrs, whole.run
     assert _bytes(grouped, source) == _bytes(whole, source)
 

@@ -351,7 +351,6 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         checkpoint_interval=args.checkpoint_interval,
         resume=args.resume,
         state=getattr(args, "state", None),
-        reference_state=getattr(args, "reference_state", None),
         nproc=args.nproc,
         backend=args.backend,
         device=args.device,

@@ -28,17 +28,17 @@ which are taken from the state.
 MERGE_EPILOG = """\
 examples:
   wxstats compute y2019.zarr --state 2019.wxstate
-  wxstats compute y2020.zarr --state 2020.wxstate --reference-state 2019.wxstate
+  wxstats compute y2020.zarr --state 2020.wxstate    # elsewhere, at the same time
   wxstats merge 2020.wxstate 2019.wxstate --output all.stats.nc --state all.wxstate
 
-States of disjoint time ranges, in any order; differences across adjacent ranges
-are counted once. Byte-identical to one run over all the data when every state
-was summed with the references of the earliest range (--reference-state).
+States of disjoint time ranges, computed anywhere and in any order; differences
+across adjacent ranges are counted once. Byte-identical to one run over all the
+data: every time step is summed relative to its own reference.
 """
 
 
 def add_state_arguments(p: argparse.ArgumentParser) -> None:
-    """``compute --state FILE [--reference-state FILE]``."""
+    """``compute --state FILE``."""
     g = p.add_argument_group("statistics that grow with the data (zarr/netCDF)")
     g.add_argument(
         "--state",
@@ -47,13 +47,6 @@ def add_state_arguments(p: argparse.ArgumentParser) -> None:
         help="also write the exact accumulator, to add later data with 'wxstats update' or "
         "join other ranges with 'wxstats merge' (one split); the statistics file defaults to "
         "the state's name with .stats.nc",
-    )
-    g.add_argument(
-        "--reference-state",
-        type=Path,
-        metavar="FILE.wxstate",
-        help="sum with the shift/scale references of this state (that of the earliest range), "
-        "so that merging the two states gives the bytes of one run over both",
     )
 
 

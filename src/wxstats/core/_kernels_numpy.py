@@ -73,6 +73,15 @@ def kernel(
     """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring);
     ``pq``/``dpq`` (the compiled kernel's fused form of the scaling) are not needed:
     ``(v - p) * q`` here gives the same bits."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: the caller's to handle
+        _kernel(a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w, count,
+                tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx)  # fmt: skip
+
+
+def _kernel(
+    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w,
+    count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
+):  # fmt: skip
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c

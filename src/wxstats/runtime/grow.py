@@ -20,7 +20,6 @@ write.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,14 +282,6 @@ class Growth:
 
     @staticmethod
     def of(options: Any) -> Growth | None:
-        if options.reference_state is not None:
-            # kept for old scripts: every time step is now its own reference
-            warnings.warn(
-                "--reference-state is no longer needed and is ignored: states computed "
-                "apart merge to the full run's bytes",
-                FutureWarning,
-                stacklevel=2,
-            )
         if options.state is None and options.base_state is None:
             return None
         base = State.read(str(options.base_state)) if options.base_state else None

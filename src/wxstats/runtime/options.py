@@ -71,8 +71,6 @@ class ComputeOptions:
     """Write the exact accumulator here (``--state``)."""
     base_state: Path | None = None
     """``update``: the state the new data is added to."""
-    reference_state: Path | None = None
-    """Take the shift/scale references from this state (``--reference-state``)."""
     allow_gap: bool = False
     # -- how to run ----------------------------------------------------------------
     threads: int | None = None
@@ -104,7 +102,6 @@ class ComputeOptions:
             "checkpoint",
             "state",
             "base_state",
-            "reference_state",
         ):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):

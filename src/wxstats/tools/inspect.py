@@ -75,15 +75,15 @@ def _running_threads(requested: int | None) -> int:
 
 def measure(source: Source, skipna: bool, notes: list[str]) -> tuple[float | None, float | None]:
     """(raw-read GB/s, one-thread compute GB/s) on sample 0 (see module docstring)."""
-    from wxstats.runtime.engine import references, sample_accumulator
+    from wxstats.runtime.engine import cell_references, sample_accumulator
 
     nbytes = source.nbytes(0)
     read_s = _raw_read_seconds(source, 0)
     try:
-        refs = references(source)
-        sample_accumulator(source, 0, refs, skipna)  # warm-up: loads the compiled kernel
+        cells = cell_references(source)
+        sample_accumulator(source, 0, skipna, cells)  # warm-up: loads the compiled kernel
         started = time.perf_counter()
-        sample_accumulator(source, 0, refs, skipna)
+        sample_accumulator(source, 0, skipna, cells)
         compute_s = time.perf_counter() - started
     except InputError as exc:
         raise InputError(f"the first sample fails, and so would the run: {exc}") from None
