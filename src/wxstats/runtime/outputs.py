@@ -105,6 +105,13 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
             "--min-std floors what neural-lam divides by: neural-lam's static files, or an "
             "mllam-data-prep store with --write-into; a statistics file keeps the true std"
         )
+    if options.by == "year" and (options.state or options.base_state or options.reference_state):
+        # its layout is the years of this run's data: a state could only grow with others
+        raise WxstatsError(
+            "--by year: the years are those of this run's data, so its statistics cannot "
+            "grow or merge as a state (--state, update, --reference-state); compute them "
+            "in one run over every year"
+        )
     if options.by and (options.write_into or options.output_format != "netcdf"):
         raise WxstatsError(
             f"--by {options.by}: a climatology is written to a statistics file (--output, "

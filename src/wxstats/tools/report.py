@@ -24,8 +24,8 @@ def _g(value: float) -> str:
     return f"{value:.6g}"
 
 
-GROUP_DIMS = ("month", "hour")
-"""Feature dimensions of a climatology (``--by``): shown as groups, not levels."""
+GROUP_DIMS = ("month", "hour", "year")
+"""Feature dimensions of ``--by`` (a climatology, per year): shown as groups, not levels."""
 
 
 def format_table(stats: Stats) -> str:
