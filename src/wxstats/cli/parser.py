@@ -114,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         metavar="N",
         help="per-year statistics (compute --by year): flag a variable whose last N years' "
-        "average yearly mean (std) lies outside the earlier years' average ± 2 std of their "
-        "yearly means (stds), and tabulate the change of the cumulative mean and std over "
+        "average yearly mean (std) lies outside the earlier years' average ± 2 × their "
+        "year-to-year scatter, and tabulate the change of the cumulative mean and std over "
         "the last N years (default 2)",
     )
 

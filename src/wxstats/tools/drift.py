@@ -19,7 +19,7 @@ from wxstats.core.stats import Stats, StreamStats
 
 YEAR_DIM = "year"
 SIGMAS = 2.0
-"""Half-width of the band of the drift rule, in std of the earlier yearly values."""
+"""Half-width of the band of the drift rule, in year-to-year scatters (:func:`band`)."""
 PARTIAL = 0.9
 """A last year with fewer values than this fraction of a typical earlier year is
 marked partial (its mean carries a seasonal bias, e.g. a year cut in March)."""
@@ -103,21 +103,39 @@ def cumulative(
     return cm, cs
 
 
+def band(earlier: np.ndarray) -> tuple[float, float]:
+    """The centre and spread of the earlier years' values (:func:`drift_rule`):
+    their average ``c`` and their year-to-year scatter
+    ``s = sqrt(sum((v[i+1] - v[i])^2) / (2 (E - 1)))`` (von Neumann's mean
+    square successive difference; ``E`` earlier years)."""
+    c = float(np.mean(earlier))
+    s = float(np.sqrt(np.sum(np.diff(earlier) ** 2) / (2 * (len(earlier) - 1))))
+    return c, s
+
+
 def drift_rule(values: np.ndarray, last: int, what: str, sigmas: float = SIGMAS) -> str | None:
     """The drift rule on one yearly series (``mean`` or ``std`` per year, the
-    years with data, in order): with ``E = len(values) - last`` earlier years,
-    ``c`` the average and ``s`` the sample std (ddof 1) of the earlier years'
-    values and ``a`` the average of the last ``last`` years' values, flag when
-    ``|a - c| > sigmas * s``. Years count equally (a year's spread is what the
-    rule measures, not its number of values). A message when flagged, else None."""
-    earlier, recent = values[:-last], values[-last:]
-    c, s = float(np.mean(earlier)), float(np.std(earlier, ddof=1))
-    a = float(np.mean(recent))
+    years with data, in order; at least ``last + 2`` of them): with ``c`` and
+    ``s`` the :func:`band` of the earlier years and ``a`` the average of the
+    last ``last`` years' values, flag when ``|a - c| > sigmas * s``. Years
+    count equally (a year's scatter is what is measured, not its number of
+    values).
+
+    Why successive differences and not the plain std of the earlier values: a
+    trend inflates the plain std, so much that a steady linear trend never
+    leaves mean ± 2 std (the ratio tends to √3); the successive differences
+    see only the year-to-year scatter (for independent years both estimate
+    the same spread). A warning, not a test at a set level: independent
+    normal yearly values are flagged about 3 % of the time with 12 earlier
+    years and N = 2, 1 % with 30, 12 % with 4 (simulated); a trend of 0.3
+    scatters a year over 14 years, about half the time."""
+    c, s = band(values[:-last])
+    a = float(np.mean(values[-last:]))
     if abs(a - c) > sigmas * s:
         sig = f"{abs(a - c) / s:.3g}" if s > 0 else "inf"
         return (
-            f"last {last} years' {what} {a:.6g} outside the earlier {len(earlier)} years' "
-            f"{c:.6g} ± {sigmas:g} × {s:.3g} ({sig} std of the yearly {what}s)"
+            f"last {last} years' {what} {a:.6g} outside the earlier {len(values) - last} "
+            f"years' {c:.6g} ± {sigmas:g} × {s:.3g} ({sig} × their year-to-year scatter)"
         )
     return None
 

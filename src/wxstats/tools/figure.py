@@ -185,12 +185,12 @@ def render_drift_png(series: list[YearSeries], title: str) -> bytes:
     """Per-year statistics (``compute --by year``) as PNG bytes: one row per
     variable, its per-year mean (left) and std (right) as points and the
     cumulative estimate as the years are added as a line; the band of the
-    drift rule (earlier years' average ± SIGMAS std of their yearly values)
+    drift rule (earlier years' average ± SIGMAS × their year-to-year scatter)
     shaded; a flagged variable's titles in red."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from wxstats.tools.drift import SIGMAS
+    from wxstats.tools.drift import SIGMAS, band
 
     n = max(len(series), 1)
     height = 0.8 + DRIFT_ROW_INCHES * n
@@ -209,9 +209,8 @@ def render_drift_png(series: list[YearSeries], title: str) -> bytes:
             (row[1], s.std, s.cum_std, "std"),
         ):
             if s.assessed:
-                earlier = yearly[: -s.last]
-                c, w = float(np.mean(earlier)), SIGMAS * float(np.std(earlier, ddof=1))
-                ax.axhspan(c - w, c + w, color="0.9", lw=0, zorder=0)
+                c, scatter = band(yearly[: -s.last])
+                ax.axhspan(c - SIGMAS * scatter, c + SIGMAS * scatter, color="0.9", lw=0, zorder=0)
             ax.plot(s.years, yearly, "o", ms=3.5, color="#2c7fb8", label=f"per year {what}")
             ax.plot(s.years, cum, "-", lw=1.5, color="#d95f0e", label="cumulative")
             if s.assessed and len(s.years) > s.last:

@@ -185,8 +185,8 @@ def _html_drift(series: list, png: bytes) -> str:
             "<h2>Per year: convergence and drift</h2>",
             f"<p>Δ: change of the cumulative estimate over the last {last} years, relative to "
             f"the estimate before them. Drift: the average of the last {last} yearly means "
-            f"(stds) outside the earlier years' average ± {SIGMAS:g} std of their yearly "
-            "means (stds).</p>",
+            f"(stds) outside the earlier years' average ± {SIGMAS:g} × their year-to-year "
+            "scatter (root mean square successive difference / √2).</p>",
             f'<img alt="per-year statistics" src="data:image/png;base64,{encoded}">',
             "<table>",
             *rows,
