@@ -191,10 +191,13 @@ def _series(stream: StreamStats, last: int) -> list[YearSeries]:
 
 
 def year_series(stats: Stats, split: str | None, last: int = 2) -> list[YearSeries]:
-    """Every variable of ``split`` with a ``year`` dimension, year by year (empty
-    when the set is not per year). ``last``: the N of :func:`drift_rule`."""
+    """Every variable of ``split`` (default: the first) with a ``year`` dimension,
+    year by year (empty when the set is not per year). ``last``: the N of
+    :func:`drift_rule`."""
     if last < 1:
         raise InputError(f"--last-years {last}: must be 1 or more")
+    splits = stats.splits()
+    split = split if split is not None else (splits[0] if splits else None)
     out: list[YearSeries] = []
     for stream in stats.streams.values():
         layout = stream.layout
