@@ -349,14 +349,12 @@ def group_values(by: str, times: np.ndarray | None = None) -> list[int]:
     """The groups of a climatology: months 1..12, or hours 0..23 (all of them,
     so that files and states of any period share one layout); for ``year`` the
     years that ``times`` (the steps the splits use) hold, known before reading."""
-    if by == "year":
-        if times is None:
-            raise ValueError("--by year: the groups are the years of the times")
+    if by == "year":  # times are needed (None: pandas refuses)
         return sorted({int(y) for y in _fields(by, times)})
     return list(range(1, 13)) if by == "month" else list(range(24))
 
 
-def _fields(by: str, times: np.ndarray) -> np.ndarray:
+def _fields(by: str, times: np.ndarray | None) -> np.ndarray:
     """The month, hour or year of each datetime64 time."""
     import pandas as pd
 
