@@ -106,11 +106,9 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
             "mllam-data-prep store with --write-into; a statistics file keeps the true std"
         )
     if options.by == "year" and (options.state or options.base_state or options.reference_state):
-        # its layout is the years of this run's data: a state could only grow with others
-        raise WxstatsError(
-            "--by year: the years are those of this run's data, so its statistics cannot "
-            "grow or merge as a state (--state, update, --reference-state); compute them "
-            "in one run over every year"
+        raise WxstatsError(  # the layout is this run's years: a state grows with others
+            "--by year: its years are this run's, not a state's (--state, update, "
+            "--reference-state); compute per-year statistics in one run over every year"
         )
     if options.by and (options.write_into or options.output_format != "netcdf"):
         raise WxstatsError(
