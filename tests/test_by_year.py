@@ -183,3 +183,15 @@ def test_last_years_must_be_positive(data, tmp_path, capsys):
     assert main(["report", str(stats), "-o", str(tmp_path), "--last-years", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--last-years 0" in err[0], err
+
+
+def test_weighted_with_missing_values_is_said_approximate(data):
+    """With --weights the counts weigh the years exactly only when no value is
+    missing: a year with NaN left out says its cumulative is approximate."""
+    _, _, _, stats = data
+    read = read_stats(stats)
+    read.attrs["source_weights"] = "coslat"
+    assert not any("approximate" in s.note for s in year_series(read, None))
+    read.streams["still__train"].nan_count[3] = 5
+    notes = {s.variable: s.note for s in year_series(read, None)}
+    assert "approximate" in notes["still"] and "approximate" not in notes["warming"]

@@ -140,7 +140,7 @@ def drift_rule(values: np.ndarray, last: int, what: str, sigmas: float = SIGMAS)
     return None
 
 
-def _series(stream: StreamStats, last: int) -> list[YearSeries]:
+def _series(stream: StreamStats, last: int, weighted: bool = False) -> list[YearSeries]:
     layout = stream.layout
     assert layout is not None
     dims = list(layout.feature_dims)
@@ -155,6 +155,7 @@ def _series(stream: StreamStats, last: int) -> list[YearSeries]:
         )
 
     count, mean, std = by_year(stream.count), by_year(stream.mean), by_year(stream.std)
+    nans = by_year(stream.nan_count) if stream.nan_count is not None else np.zeros_like(count)
     units = by_year(np.asarray(stream.units, dtype=object))
     rest = [d for d in dims if d != YEAR_DIM]
     labels = []
@@ -186,6 +187,10 @@ def _series(stream: StreamStats, last: int) -> list[YearSeries]:
                     f"partial year(s) {', '.join(map(str, short))} (fewer values than "
                     "a typical earlier year: a seasonal bias is possible)"
                 )
+        if weighted and nans[has, f].any():  # see cumulative(): the counts weigh the years
+            series.note = "; ".join(
+                filter(None, [series.note, "weighted, values missing: cumulative approximate"])
+            )
         out.append(series)
     return out
 
@@ -198,13 +203,15 @@ def year_series(stats: Stats, split: str | None, last: int = 2) -> list[YearSeri
         raise InputError(f"--last-years {last}: must be 1 or more")
     splits = stats.splits()
     split = split if split is not None else (splits[0] if splits else None)
+    weights = str(stats.attrs.get("weights", stats.attrs.get("source_weights", "")))
+    weighted = bool(weights) and not weights.startswith("none")
     out: list[YearSeries] = []
     for stream in stats.streams.values():
         layout = stream.layout
         if stream.split not in (split, None) or layout is None:
             continue
         if YEAR_DIM in layout.feature_dims and YEAR_DIM in layout.coords:
-            out.extend(_series(stream, last))
+            out.extend(_series(stream, last, weighted))
     return out
 
 
