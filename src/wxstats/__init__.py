@@ -25,7 +25,7 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     - ``variables``: zarr/netCDF variables (default: every numeric one with time)
     - ``time_dim``: the time dimension (default ``time``)
     - ``feature_dims``: dimensions whose entries become features (default: levels)
-    - ``by``: ``"month"`` or ``"hour"``: a climatology
+    - ``by``: ``"month"`` or ``"hour"``: a climatology; ``"year"``: per-year statistics
     - ``pool``: feature dimensions (``"level"``) to also pool, exactly: joint statistics
     - ``weights``: ``"coslat"``, ``"VAR"`` or ``"FILE:VAR"``: area-weighted statistics
     - ``skipna``: leave NaN out (they are counted) instead of refusing them

@@ -85,9 +85,14 @@ def run_example(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from wxstats.tools.report import write_report
+    from wxstats.io.read import read_stats
+    from wxstats.tools.drift import format_drift
+    from wxstats.tools.report import write_stats_report
 
-    written, found = write_report(args.stats, args.output_dir, args.split)
+    stats = read_stats(args.stats, args.split)
+    written, found, series = write_stats_report(stats, args.output_dir, args.split, args.last_years)
+    if series:
+        print(format_drift(series))
     for f in found:
         print(f"warning: {f.category} {f.variable}: {f.message}")
     print("wrote " + ", ".join(str(p) for p in written))

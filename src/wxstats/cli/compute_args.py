@@ -162,9 +162,11 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument("--time-dim", default="time", help="the time dimension (default: time)")
     z.add_argument(
         "--by",
-        choices=("month", "hour"),
+        choices=("month", "hour", "year"),
         help="a climatology: mean, std, extremes and differences per month of the year "
-        "(or hour of the day) of each split, along a month (hour) dimension, in one pass",
+        "(or hour of the day) of each split, along a month (hour) dimension, in one pass; "
+        "year: the same per calendar year of the data, along a year dimension (wxstats "
+        "report then shows the drift: per-year and cumulative mean and std)",
     )
     z.add_argument(
         "--weights",

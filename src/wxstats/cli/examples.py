@@ -30,9 +30,12 @@ examples:
   wxstats report stats.json                                # a --summary JSON
   wxstats report data/static                               # a neural-lam static/ folder
   wxstats report dataset.zarr --split train                # an mllam-data-prep zarr
+  wxstats report years.nc --last-years 3 -o drift/         # compute --by year: drift
 
 writes DIR/wxstats_report.png and DIR/wxstats_report.html (self-contained, the
 figure inlined), replacing an earlier report there; prints the warnings found.
+Per-year statistics (compute --by year) also get DIR/wxstats_drift.png (per year
+and cumulative mean and std of every variable) and a drift table, printed too.
 """
 
 COMPARE_EPILOG = """\

@@ -108,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output-dir", type=Path, default=Path("."), metavar="DIR", help="(default: .)"
     )
     report.add_argument("--split", help="split to show when the file holds several")
+    report.add_argument(
+        "--last-years",
+        type=int,
+        default=2,
+        metavar="N",
+        help="per-year statistics (compute --by year): flag a variable whose last N years' "
+        "average yearly mean (std) lies outside the earlier years' average ± 2 × their "
+        "year-to-year scatter, and tabulate the change of the cumulative mean and std over "
+        "the last N years (default 2)",
+    )
 
     compare = commands.add_parser(
         "compare",

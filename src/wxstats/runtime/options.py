@@ -36,7 +36,7 @@ class ComputeOptions:
     period: str | None = None
     """``START/END``: the statistics use only these times (every split cut to them)."""
     by: str | None = None
-    """A climatology: ``month`` or ``hour`` (statistics per group of time steps)."""
+    """``month`` or ``hour`` (a climatology) or ``year``: statistics per group of time steps."""
     weights: str | None = None
     """zarr/netCDF: ``coslat``, ``VAR`` or ``FILE:VAR``: area-weighted statistics."""
     variables: tuple[str, ...] | None = None

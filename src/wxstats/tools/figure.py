@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from wxstats.core.stats import StreamStats
 from wxstats.tools.checks import standardized_range
+
+if TYPE_CHECKING:
+    from wxstats.tools.drift import YearSeries
 
 ROW_INCHES = 0.2
 LABEL_PT = 8
@@ -169,6 +173,54 @@ def render_png(
         _no_data(ax, "no NaN" if np.isfinite(rows.nan_percent).any() else "no NaN counts")
     ax.set_title("NaN %", fontsize=10)
 
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+DRIFT_ROW_INCHES = 1.5
+
+
+def render_drift_png(series: list[YearSeries], title: str) -> bytes:
+    """Per-year statistics (``compute --by year``) as PNG bytes: one row per
+    variable, its per-year mean (left) and std (right) as points and the
+    cumulative estimate as the years are added as a line; the band of the
+    drift rule (earlier years' average ± SIGMAS × their year-to-year scatter)
+    shaded; a flagged variable's titles in red."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from wxstats.tools.drift import SIGMAS, band
+
+    n = max(len(series), 1)
+    height = 0.8 + DRIFT_ROW_INCHES * n
+    fig = Figure(figsize=(11.0, height), dpi=90)
+    fig.subplots_adjust(
+        left=0.08, right=0.98, top=1 - 0.55 / height, bottom=0.35 / height, hspace=0.55
+    )
+    fig.suptitle(title, x=0.01, y=1 - 0.1 / height, ha="left", va="top", fontsize=11)
+    axes = fig.subplots(n, 2, squeeze=False)
+    if not series:
+        _no_data(axes[0][0], "no per-year statistics")
+    for s, row in zip(series, axes, strict=False):
+        color = WARN_COLOR if s.flagged else "k"
+        for ax, yearly, cum, what in (
+            (row[0], s.mean, s.cum_mean, "mean"),
+            (row[1], s.std, s.cum_std, "std"),
+        ):
+            if s.assessed:
+                c, scatter = band(yearly[: -s.last])
+                ax.axhspan(c - SIGMAS * scatter, c + SIGMAS * scatter, color="0.9", lw=0, zorder=0)
+            ax.plot(s.years, yearly, "o", ms=3.5, color="#2c7fb8", label=f"per year {what}")
+            ax.plot(s.years, cum, "-", lw=1.5, color="#d95f0e", label="cumulative")
+            if s.assessed and len(s.years) > s.last:
+                ax.axvline(s.years[-s.last] - 0.5, color="0.5", lw=0.7, ls=":")
+            ax.set_title(f"{s.variable} {what} ({s.units})", fontsize=9, color=color, loc="left")
+            ax.tick_params(labelsize=7)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.get_major_formatter().set_useOffset(False)
+        if s is series[0]:
+            row[0].legend(fontsize=7, loc="best")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()

@@ -18,14 +18,16 @@ import numpy as np
 from wxstats.core.stats import Stats, StreamStats
 
 REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
+DRIFT_NAME = "wxstats_drift.png"
+"""Written beside them for a per-year set (``compute --by year``)."""
 
 
 def _g(value: float) -> str:
     return f"{value:.6g}"
 
 
-GROUP_DIMS = ("month", "hour")
-"""Feature dimensions of a climatology (``--by``): shown as groups, not levels."""
+GROUP_DIMS = ("month", "hour", "year")
+"""Feature dimensions of ``--by`` (a climatology, per year): shown as groups, not levels."""
 
 
 def format_table(stats: Stats) -> str:
@@ -164,14 +166,47 @@ def _html_stream_table(
     return "<table>\n" + "\n".join(rows) + "\n</table>"
 
 
+def _html_drift(series: list, png: bytes) -> str:
+    """The drift section: the per-year figure and the table of
+    :func:`wxstats.tools.drift.table_rows`, flagged rows marked."""
+    from wxstats.tools.drift import HEADER, SIGMAS, table_rows
+
+    last = series[0].last
+    encoded = base64.b64encode(png).decode("ascii")
+    rows = ["<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in HEADER) + "</tr>"]
+    for s, row in zip(series, table_rows(series), strict=True):
+        cells = [f"<td>{html.escape(c)}</td>" for c in row[:2]]
+        cells += [f'<td class="num">{html.escape(c)}</td>' for c in row[2:-1]]
+        cells.append(f"<td>{html.escape(row[-1])}</td>")
+        mark = ' class="warn"' if s.flagged else ""
+        rows.append(f"<tr{mark}>" + "".join(cells) + "</tr>")
+    return "\n".join(
+        [
+            "<h2>Per year: convergence and drift</h2>",
+            f"<p>Δ: change of the cumulative estimate over the last {last} years, relative to "
+            f"the estimate before them. Drift: the average of the last {last} yearly means "
+            f"(stds) outside the earlier years' average ± {SIGMAS:g} × their year-to-year "
+            "scatter (root mean square successive difference / √2).</p>",
+            f'<img alt="per-year statistics" src="data:image/png;base64,{encoded}">',
+            "<table>",
+            *rows,
+            "</table>",
+        ]
+    )
+
+
 def report_html(
     stats: Stats,
     groups: dict[str, StreamStats],
     flags: dict[tuple[str, str], list[str]],
     png: bytes,
     title: str,
+    series: list | None = None,
+    drift_png: bytes = b"",
 ) -> str:
-    """A self-contained page: the figure inlined as base64, tables, warnings."""
+    """A self-contained page: the figure inlined as base64, tables, warnings; for
+    a per-year set (``series``, see :mod:`wxstats.tools.drift`) its drift figure
+    and table."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -201,6 +236,8 @@ def report_html(
     parts.append(
         f'<h2>Figure</h2><img alt="per-variable statistics" src="data:image/png;base64,{encoded}">'
     )
+    if series:
+        parts.append(_html_drift(series, drift_png))
     for category, stream in groups.items():
         parts.append(f"<h2>{html.escape(category)}</h2>")
         parts.append(_html_stream_table(category, stream, flags))
@@ -214,33 +251,51 @@ def report_html(
 
 
 def write_report(
-    path: str | Path, out_dir: str | Path, split: str | None = None
+    path: str | Path, out_dir: str | Path, split: str | None = None, last_years: int = 2
 ) -> tuple[list[Path], list]:
     """Read the statistics at ``path``; write the PNG and HTML report into ``out_dir``.
-    Returns the files written and the :class:`~wxstats.tools.checks.Finding` list.
+    Returns the files written and the :class:`~wxstats.tools.checks.Finding` list
+    (a per-year set's drift flags among them, see :func:`write_stats_report`).
 
     Earlier reports of the same name are replaced (atomically: a failed run
     leaves the old ones).
     """
-    from wxstats.io.atomic import write_all
     from wxstats.io.read import read_stats
-    from wxstats.tools.checks import findings
-    from wxstats.tools.figure import render_png
 
-    stats = read_stats(path, split)
+    written, found, _ = write_stats_report(read_stats(path, split), out_dir, split, last_years)
+    return written, found
+
+
+def write_stats_report(
+    stats: Stats, out_dir: str | Path, split: str | None = None, last_years: int = 2
+) -> tuple[list[Path], list, list]:
+    """:func:`write_report` of statistics already read; also the per-year series
+    (:func:`wxstats.tools.drift.year_series`) of a ``compute --by year`` set,
+    drawn in ``wxstats_drift.png`` and tabulated in the page (empty otherwise)."""
+    from wxstats.io.atomic import write_all
+    from wxstats.tools.checks import Finding, findings
+    from wxstats.tools.drift import year_series
+    from wxstats.tools.figure import render_drift_png, render_png
+
     chosen = split or (stats.splits()[0] if stats.splits() else None)
     groups = stats.by_category(chosen)
     found = findings(stats, chosen)
+    series = year_series(stats, chosen, last_years)
+    categories = {name: s.category for name, s in stats.streams.items()}
+    drift = [(categories[s.stream], s.variable, flag) for s in series for flag in s.flags]
+    found += [Finding(c, v, f"drift: {flag}") for c, v, flag in drift]
     flags: dict[tuple[str, str], list[str]] = {}
     for f in found:
         flags.setdefault((f.category, f.variable), []).append(f.message)
     title = _title(stats, chosen)
     png = render_png(groups, flags, title)
-    page = report_html(stats, groups, flags, png, title)
+    drift_png = render_drift_png(series, f"{title}: per year and cumulative") if series else b""
+    page = report_html(stats, groups, flags, png, title, series, drift_png)
     out = Path(out_dir)
     targets = [out / name for name in REPORT_NAMES]
-    write_all(
-        {targets[0]: lambda p: p.write_bytes(png), targets[1]: lambda p: p.write_text(page)},
-        overwrite=True,
-    )
-    return targets, found
+    writers = {targets[0]: lambda p: p.write_bytes(png), targets[1]: lambda p: p.write_text(page)}
+    if series:
+        targets.append(out / DRIFT_NAME)
+        writers[targets[-1]] = lambda p: p.write_bytes(drift_png)
+    write_all(writers, overwrite=True)
+    return targets, found, series

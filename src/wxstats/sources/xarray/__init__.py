@@ -88,7 +88,7 @@ class XarrayOptions:
     storage_options: tuple[tuple[str, Any], ...] = ()
     io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
     period: str | None = None  # --period START/END: the statistics' time steps, in every split
-    by: str | None = None  # --by month|hour: a climatology, statistics per group of time steps
+    by: str | None = None  # --by month|hour|year: statistics per group of time steps
     weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
     time_means: bool = False  # also the mean over time of every grid point (--format makani)
     pool: tuple[str, ...] = ()  # --pool level: also statistics over these feature dimensions
@@ -162,7 +162,7 @@ class XarraySource:
             self.options.block_bytes,
             max(self.diff_steps),
         )
-        self.groups = time_groups(self.options.by, self.times, self.path)
+        self.groups = time_groups(self.options.by, self.times, self.path, self.splits)
         self.weight_field = None
         self._weights_identity: dict[str, Any] | None = None
         if self.options.weights:

@@ -342,30 +342,48 @@ def restrict_to_period(
     return out
 
 
-GROUPINGS = ("month", "hour")
+GROUPINGS = ("month", "hour", "year")
 
 
-def group_values(by: str) -> list[int]:
+def group_values(by: str, times: np.ndarray | None = None) -> list[int]:
     """The groups of a climatology: months 1..12, or hours 0..23 (all of them,
-    so that files and states of any period share one layout)."""
+    so that files and states of any period share one layout); for ``year`` the
+    years that ``times`` (the steps the splits use) hold, known before reading."""
+    if by == "year":  # times are needed (None: pandas refuses)
+        return sorted({int(y) for y in _fields(by, times)})
     return list(range(1, 13)) if by == "month" else list(range(24))
 
 
-def group_index(by: str, times: np.ndarray) -> np.ndarray:
-    """The group (an index into :func:`group_values`) of each datetime64 time."""
+def _fields(by: str, times: np.ndarray | None) -> np.ndarray:
+    """The month, hour or year of each datetime64 time."""
     import pandas as pd
 
     index = pd.DatetimeIndex(times)
+    return np.asarray(getattr(index, by), dtype=np.int64)
+
+
+def group_index(by: str, times: np.ndarray, values: list[int] | None = None) -> np.ndarray:
+    """The group (an index into :func:`group_values`, ``values`` for ``year``)
+    of each datetime64 time; -1 for a year not in ``values`` (a step outside
+    every split, never counted)."""
+    fields = _fields(by, times)
     if by == "month":
-        return np.asarray(index.month, dtype=np.int64) - 1
-    return np.asarray(index.hour, dtype=np.int64)
+        return fields - 1
+    if by == "hour":
+        return fields
+    known = np.asarray(values if values is not None else group_values(by, times), dtype=np.int64)
+    at = np.minimum(np.searchsorted(known, fields), max(len(known) - 1, 0))
+    return np.where(known[at] == fields, at, -1) if len(known) else np.full(len(fields), -1)
 
 
 def time_groups(
-    by: str | None, times: np.ndarray, path: str
+    by: str | None, times: np.ndarray, path: str, splits: list[Split] | None = None
 ) -> tuple[str, list[int], np.ndarray] | None:
-    """A climatology (``--by month|hour``): the dimension, its values and the
-    group index of every time step; ``None`` without ``--by``."""
+    """A climatology (``--by month|hour``) or per-year statistics (``--by year``):
+    the dimension, its values and the group index of every time step; ``None``
+    without ``--by``. The years are those of the steps of ``splits`` (all
+    steps without), one set for every split: a file has one ``year`` dimension,
+    a year outside a split has count 0 and NaN statistics there."""
     if by is None:
         return None
     if by not in GROUPINGS:
@@ -374,4 +392,8 @@ def time_groups(
         raise InputError(
             f"{path}: --by {by} needs datetime64 times (this axis holds {times.dtype})"
         )
-    return by, group_values(by), group_index(by, times)
+    used = times
+    if by == "year" and splits:
+        used = np.concatenate([times[s.start : s.stop] for s in splits])
+    values = group_values(by, used)
+    return by, values, group_index(by, times, values)
