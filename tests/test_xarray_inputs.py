@@ -7,6 +7,7 @@ path (the icechunk repository holds what a zarr store written beside it holds)."
 from __future__ import annotations
 
 import icechunk
+import numpy as np
 import pytest
 import xarray as xr
 from gridded_data import assert_stream_matches, gridded, reference, write_zarr
@@ -14,6 +15,7 @@ from kerchunk.combine import MultiZarrToZarr
 from kerchunk.hdf import SingleHdf5ToZarr
 
 import wxstats
+from wxstats.sources.xarray import XarrayOptions, XarraySource
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -139,3 +141,59 @@ def test_dask_rechunked_zarr_store(data):
     stats = _run(given)
     _against_reference(stats, truth)
     assert _values(stats) == _values(_run(str(path)))
+
+
+def _reader(given) -> str:
+    """Which reader a Dataset's variables are read with: the chunk reader's class, or
+    ``NoneType`` for xarray's own reading."""
+    source = XarraySource(given, XarrayOptions(splits=SPLITS, diff_steps=STEPS))
+    try:
+        return type(source._chunks).__name__
+    finally:
+        source.close()
+
+
+def test_untransformed_zarr_dataset_is_read_chunk_by_chunk(data):
+    """A Dataset opened from a local zarr store as it is (dask or not, decoded or not,
+    some variables kept) is read by the chunk reader: the bytes of the path's read."""
+    root, ds, truth = data
+    path = write_zarr(ds[list(PLAIN)], root / "fast.zarr", time_chunk=8)
+    by_path = _values(_run(str(path)))
+    opened = {
+        "open_zarr": xr.open_zarr(path, consolidated=False),
+        "no dask": xr.open_dataset(path, engine="zarr", chunks=None, consolidated=False),
+        "undecoded": xr.open_zarr(path, consolidated=False, mask_and_scale=False),
+        "t2m only": xr.open_zarr(path, consolidated=False)[["t2m"]],
+    }
+    for label, given in opened.items():
+        assert _reader(given) == "ZarrChunkReader", label
+        stats = _run(given)
+        names = list(given.data_vars)
+        _against_reference(stats, truth, names)
+        expected = {k: v for k, v in by_path.items() if k.split("__")[0] in names}
+        assert _values(stats) == expected, label
+
+
+def test_transformed_zarr_dataset_is_read_through_xarray(data):
+    """Whatever changed a variable after opening (a preprocess shifting t2m, a time
+    selection, a rename, a packed variable xarray decoded) leaves the chunk reader out:
+    the statistics are those of the Dataset's values, not of the store's."""
+    root, ds, truth = data
+    path = write_zarr(ds[[*PLAIN, "msl"]], root / "pre.zarr", time_chunk=8)
+
+    def shift(part: xr.Dataset) -> xr.Dataset:
+        return part.assign(t2m=part["t2m"] - np.float32(273.15))
+
+    kw = {"engine": "zarr", "consolidated": False}
+    given = xr.open_mfdataset([path], preprocess=shift, **kw)[list(PLAIN)]
+    assert _reader(given) == "NoneType"
+    shifted = (truth["t2m"].astype(np.float32) - np.float32(273.15)).astype(np.float64)
+    _against_reference(_run(given), {"t2m": shifted, "z": truth["z"]})
+    opened = xr.open_zarr(path, consolidated=False)
+    later = opened[list(PLAIN)].isel(time=slice(1, None))
+    assert _reader(later) == "NoneType"
+    assert _reader(opened[list(PLAIN)].rename(t2m="temperature")) == "NoneType"
+    assert _reader(opened) == "NoneType"  # msl: int16 that xarray decoded to float32
+    assert _reader(xr.open_zarr(path, consolidated=False, mask_and_scale=False)) == (
+        "ZarrChunkReader"  # undecoded: msl's packing attributes decoded as for a path
+    )
