@@ -16,16 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from wxstats.core.stats import Stats, StreamStats
+from wxstats.tools.labels import feature_labels, with_labels
 
 REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
 
 
 def _g(value: float) -> str:
     return f"{value:.6g}"
-
-
-GROUP_DIMS = ("month", "hour")
-"""Feature dimensions of a climatology (``--by``): shown as groups, not levels."""
 
 
 def format_table(stats: Stats) -> str:
@@ -42,25 +39,6 @@ def format_table(stats: Stats) -> str:
         where = f", split {split}" if split else ""
         console.print(_rich_table(streams, f"wxstats: {stats.source_kind}{where}"))
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).rstrip()
-
-
-def feature_labels(stream: StreamStats) -> list[str]:
-    """Row labels of a stream's features: the feature names, or for a climatology
-    the variable and level with the group in words (``z_500 (month 1)``)."""
-    layout = stream.layout
-    if layout is None or not set(layout.feature_dims) & set(GROUP_DIMS):
-        return list(stream.features)
-    labels = []
-    for flat in range(len(stream.features)):
-        index = np.unravel_index(flat, layout.feature_shape)
-        name, group = [layout.prefix], []
-        for dim, i in zip(layout.feature_dims, index, strict=True):
-            value = np.asarray(layout.coords[dim][1])[i] if dim in layout.coords else i
-            (group if dim in GROUP_DIMS else name).append(
-                f"{dim} {value}" if dim in GROUP_DIMS else str(value)
-            )
-        labels.append("_".join(name) + f" ({', '.join(group)})")
-    return labels
 
 
 def _rich_table(streams: list[StreamStats], title: str):
@@ -227,7 +205,7 @@ def write_report(
     from wxstats.tools.checks import findings
     from wxstats.tools.figure import render_png
 
-    stats = read_stats(path, split)
+    stats = with_labels(read_stats(path, split))
     chosen = split or (stats.splits()[0] if stats.splits() else None)
     groups = stats.by_category(chosen)
     found = findings(stats, chosen)
