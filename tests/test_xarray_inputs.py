@@ -194,6 +194,9 @@ def test_transformed_zarr_dataset_is_read_through_xarray(data):
     assert _reader(later) == "NoneType"
     assert _reader(opened[list(PLAIN)].rename(t2m="temperature")) == "NoneType"
     assert _reader(opened) == "NoneType"  # msl: int16 that xarray decoded to float32
-    assert _reader(xr.open_zarr(path, consolidated=False, mask_and_scale=False)) == (
-        "ZarrChunkReader"  # undecoded: msl's packing attributes decoded as for a path
-    )
+    undecoded = xr.open_zarr(path, consolidated=False, mask_and_scale=False)
+    assert _reader(undecoded) == "ZarrChunkReader"  # msl's packing decoded as for a path
+    names = (*PLAIN, "msl")
+    stats = _run(undecoded)
+    _against_reference(stats, truth, names)
+    assert _values(stats, names) == _values(_run(str(path)), names)
