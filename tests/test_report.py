@@ -234,7 +234,7 @@ def _drawn_figure(path, tmp_path):
     from wxstats.tools.labels import with_labels
 
     written, found = write_report(path, tmp_path)
-    stats = with_labels(read_stats(path))
+    stats, _ = with_labels(read_stats(path))
     flags = {(f.category, f.variable): [f.message] for f in found}
     fig = render_figure(stats.by_category(), flags, "title")
     fig.canvas.draw()
@@ -325,4 +325,30 @@ def test_a_climatology_figure_names_its_groups(tmp_path):
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert legend == ["1h", "6h", "1d", "√2: uncorrelated steps"]
     assert "<td>t2m (hour 23)</td>" in page and "t2m_23" not in page
+    assert _overlaps(fig) == []
+
+
+def test_a_climatology_report_leaves_out_the_groups_without_data(tmp_path):
+    """January data by month: the eleven other months (count 0) are neither rows nor
+    warnings, the title says how many were left out; the rows that stay carry their
+    own numbers (the float64 mean of the data)."""
+    from gridded_data import gridded, write_zarr
+
+    from reference import two_pass
+
+    ds, truth = gridded()
+    store = write_zarr(ds[["t2m", "z"]], tmp_path / "jan.zarr")
+    out = tmp_path / "month.nc"
+    assert main(["compute", str(store), "--by", "month", "--output", str(out), "--quiet"]) == 0
+    fig, page = _drawn_figure(out, tmp_path / "r")
+    rows = [t.get_text().split() for t in fig.axes[0].get_yticklabels()]
+    assert [" ".join(r[:3]) for r in rows] == [
+        "t2m (month 1)",
+        "z_500 (month 1)",
+        "z_850 (month 1)",
+    ]
+    mean = two_pass(truth["t2m"].ravel(), 0)[0]
+    assert rows[0][3] == f"{mean:.4g}"
+    assert "month 2" not in page and "no values at all" not in page
+    assert "33 climatology groups without data left out (count 0)" in page
     assert _overlaps(fig) == []

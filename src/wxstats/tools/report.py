@@ -205,14 +205,17 @@ def write_report(
     from wxstats.tools.checks import findings
     from wxstats.tools.figure import render_png
 
-    stats = with_labels(read_stats(path, split))
+    stats = read_stats(path, split)
     chosen = split or (stats.splits()[0] if stats.splits() else None)
+    stats, empty = with_labels(stats, chosen)
     groups = stats.by_category(chosen)
     found = findings(stats, chosen)
     flags: dict[tuple[str, str], list[str]] = {}
     for f in found:
         flags.setdefault((f.category, f.variable), []).append(f.message)
     title = _title(stats, chosen)
+    if empty:
+        title += f"; {empty} climatology groups without data left out (count 0)"
     png = render_png(groups, flags, title)
     page = report_html(stats, groups, flags, png, title)
     out = Path(out_dir)
