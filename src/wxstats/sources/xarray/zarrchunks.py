@@ -150,22 +150,28 @@ def given_zarr_store(dataset: Any, names: list[str]) -> str | None:
     none; the attributes left by ``mask_and_scale=False`` are decoded as for a path).
     Anything a ``preprocess`` or a selection did shows as another wrapper, another dask
     layer or a loaded array: those are read through xarray, as the Dataset holds them."""
-    roots = set()
-    for name in names:
-        var = dataset.variables[name]
-        arr = _zarr_array(var.variable._data if hasattr(var, "variable") else var._data)
-        if arr is None or _decoded(var) or arr.path.strip("/") != name:
-            return None
-        if tuple(arr.shape) != tuple(var.shape) or np.dtype(arr.dtype) != var.dtype:
-            return None
-        root = getattr(arr.store, "root", None)  # a LocalStore; object stores have none
-        if type(arr.store).__name__ != "LocalStore" or root is None:
-            return None
-        roots.add(os.path.realpath(root))
-    source = dataset.encoding.get("source")
-    if len(roots) != 1 or (source and os.path.realpath(source) not in roots):
+    try:
+        roots = {_local_root(dataset.variables[name], name) for name in names}
+    except (AttributeError, TypeError, ValueError):  # other xarray, dask or zarr internals
+        return None
+    source = dataset.encoding.get("source")  # the path xarray opened, when it had one
+    if None in roots or len(roots) != 1 or (source and os.path.realpath(source) not in roots):
         return None
     return roots.pop()
+
+
+def _local_root(var: Any, name: str) -> str | None:
+    """The folder of the local zarr store whose array ``name`` ``var`` (an
+    ``xarray.Variable``) holds untransformed, else ``None``."""
+    arr = _zarr_array(var._data)
+    if arr is None or _decoded(var) or arr.path.strip("/") != name:
+        return None
+    if tuple(arr.shape) != tuple(var.shape) or np.dtype(arr.dtype) != var.dtype:
+        return None
+    root = getattr(arr.store, "root", None)  # a LocalStore; object stores have none
+    if type(arr.store).__name__ != "LocalStore" or root is None:
+        return None
+    return os.path.realpath(root)
 
 
 def _decoded(var: Any) -> bool:
