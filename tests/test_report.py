@@ -8,6 +8,7 @@ import io
 import re
 import struct
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,3 +225,130 @@ def test_the_terminal_table_is_one_per_split_and_cuts_no_number(tmp_path):
     monthly = format_table(compute(str(store), splits=splits[:1], by="month"))
     assert "│ v0 (month 1) " in monthly and "│ v0 (month 2) " in monthly
     assert "(month 3)" not in monthly and "60 rows without data left out (count 0)" in monthly
+
+
+def _drawn_figure(path, tmp_path):
+    """The report's figure of the statistics at ``path``, as ``wxstats report`` draws
+    it (the same rows, labels and flags), drawn; and the page it writes."""
+    from wxstats.tools.figure import render_figure
+    from wxstats.tools.labels import with_labels
+
+    written, found = write_report(path, tmp_path)
+    stats, _ = with_labels(read_stats(path))
+    flags = {(f.category, f.variable): [f.message] for f in found}
+    fig = render_figure(stats.by_category(), flags, "title")
+    fig.canvas.draw()
+    return fig, written[1].read_text()
+
+
+def _texts(fig) -> list:
+    """Every visible, non-empty text of ``fig`` with its axes (``None``: the figure's)."""
+    out = [(None, fig._suptitle)]
+    for ax in fig.axes:
+        labels = [*_drawn_ticks(ax.xaxis), *_drawn_ticks(ax.yaxis)]
+        out += [(ax, t) for t in (*labels, ax.title, *ax.texts)]
+        legend = ax.get_legend()
+        out += [(ax, t) for t in (legend.get_texts() if legend else [])]
+    return [(ax, t) for ax, t in out if t.get_visible() and t.get_text().strip()]
+
+
+def _drawn_ticks(axis) -> list:
+    """The tick labels matplotlib draws: those of ticks inside the view (a locator
+    also places some beyond it, never drawn)."""
+    lo, hi = sorted(axis.get_view_interval())
+    slack = 1e-9 * max(abs(lo), abs(hi), 1e-300)
+    ticks = [*axis.get_major_ticks(), *axis.get_minor_ticks()]
+    return [t.label1 for t in ticks if lo - slack <= t.get_loc() <= hi + slack]
+
+
+def _overlaps(fig) -> list[str]:
+    """What covers what, by matplotlib's renderer: a legend over any panel (its bars,
+    lines), a text over a panel it is not written in or over another text, a text
+    cut by the figure's edge."""
+    renderer = fig.canvas.get_renderer()
+    found = []
+    boxes = [(ax, t, t.get_window_extent(renderer)) for ax, t in _texts(fig)]
+    for i, ax in enumerate(fig.axes):
+        legend = ax.get_legend()
+        if legend is not None:
+            box = legend.get_window_extent(renderer)
+            found += [f"legend of panel {i} over panel {j}" for j, other in enumerate(fig.axes)
+                      if box.overlaps(other.bbox)]  # fmt: skip
+    for ax, text, box in boxes:
+        inside = text in ax.texts if ax is not None else False  # "no NaN" in its panel
+        for j, other in enumerate(fig.axes):
+            if not (inside and other is ax) and box.overlaps(other.bbox):
+                found.append(f"{text.get_text()!r} over panel {j}")
+        if not fig.bbox.contains(box.x0, box.y0) or not fig.bbox.contains(box.x1, box.y1):
+            found.append(f"{text.get_text()!r} cut by the figure's edge")
+    for a, (_, t1, b1) in enumerate(boxes):
+        for _, t2, b2 in boxes[a + 1 :]:
+            if b1.overlaps(b2):
+                found.append(f"{t1.get_text()!r} over {t2.get_text()!r}")
+    return found
+
+
+def test_the_figure_has_no_overlaps(example_stats, tmp_path):
+    """Legend, tick labels (a log axis beside the NaN panel), titles: none covers a bar,
+    another panel or another text, for MEPS statistics with min/max and for a 100-row
+    figure."""
+    write_synthetic(tmp_path / "s100.nc", n_vars=100)
+    for path in (example_stats, tmp_path / "s100.nc"):
+        fig, _ = _drawn_figure(path, tmp_path / path.stem)
+        assert fig.axes[1].get_legend() is not None
+        assert _overlaps(fig) == [], path
+
+
+def test_a_climatology_figure_names_its_groups(tmp_path):
+    """Rows of a climatology named by their group (``t2m (hour 5)``, in hour order),
+    the steps in order in the legend, nothing covering anything; on ERA5 2 m temperature
+    when it is there, else on a synthetic hourly store."""
+    import xarray as xr
+    from gridded_data import hourly
+
+    era5 = Path("/work/shared/data/era5_t2m_2019-03_uk.nc")
+    if era5.exists():
+        data = str(era5)
+    else:
+        rng = np.random.default_rng(5)
+        values = 280 + rng.standard_normal((24 * 10, 3, 4))
+        data = str(tmp_path / "t2m.zarr")
+        xr.Dataset({"t2m": (("time", "y", "x"), values)}, coords={"time": hourly(240)}).to_zarr(
+            data
+        )
+    out = tmp_path / "hour.nc"
+    argv = ["compute", data, "--by", "hour", "--diff-steps", "1,6,24", "--output", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    fig, page = _drawn_figure(out, tmp_path / "r")
+    rows = [t.get_text().split()[:3] for t in fig.axes[0].get_yticklabels()]
+    assert [" ".join(r) for r in rows] == [f"t2m (hour {h})" for h in range(24)]
+    legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert legend == ["1h", "6h", "1d", "√2: uncorrelated steps"]
+    assert "<td>t2m (hour 23)</td>" in page and "t2m_23" not in page
+    assert _overlaps(fig) == []
+
+
+def test_a_climatology_report_leaves_out_the_groups_without_data(tmp_path):
+    """January data by month: the eleven other months (count 0) are neither rows nor
+    warnings, the title says how many were left out; the rows that stay carry their
+    own numbers (the float64 mean of the data)."""
+    from gridded_data import gridded, write_zarr
+
+    from reference import two_pass
+
+    ds, truth = gridded()
+    store = write_zarr(ds[["t2m", "z"]], tmp_path / "jan.zarr")
+    out = tmp_path / "month.nc"
+    assert main(["compute", str(store), "--by", "month", "--output", str(out), "--quiet"]) == 0
+    fig, page = _drawn_figure(out, tmp_path / "r")
+    rows = [t.get_text().split() for t in fig.axes[0].get_yticklabels()]
+    assert [" ".join(r[:3]) for r in rows] == [
+        "t2m (month 1)",
+        "z_500 (month 1)",
+        "z_850 (month 1)",
+    ]
+    mean = two_pass(truth["t2m"].ravel(), 0)[0]
+    assert rows[0][3] == f"{mean:.4g}"
+    assert "month 2" not in page and "no values at all" not in page
+    assert "33 climatology groups without data left out (count 0)" in page
+    assert _overlaps(fig) == []

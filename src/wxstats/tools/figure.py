@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 ROW_INCHES = 0.2
 LABEL_PT = 8
+GAP_INCHES = 0.5
+"""Between panels: room for half an edge tick label of each (``8×10⁻³`` of a log axis)."""
+LEGEND_ROW_INCHES = 0.2
 WARN_COLOR = "#c0392b"
 SIGMA_TICKS = sorted([s * v for v in (1e4, 1e3, 100, 10, 3) for s in (-1, 1)] + [0])
 
@@ -52,7 +55,7 @@ def collect_rows(groups: dict[str, StreamStats], flags: dict[tuple[str, str], li
     """The rows of the categories ``groups`` (see :meth:`Stats.by_category`)."""
     labels, flagged = [], []
     z_min, z_max, spread, nan_pct = [], [], [], []
-    steps = sorted({k for s in groups.values() for k in s.diff}, key=str)
+    steps = sorted({k for s in groups.values() for k in s.diff}, key=lambda k: (k is None, k or 0))
     named = {k: next(s.step_text(k) for s in groups.values() if k in s.diff) for k in steps}
     ratios: dict[str, list[float]] = {named[k] or "step": [] for k in steps}
     shown_names = [n if c == "state" else f"{c}:{n}" for c, s in groups.items() for n in s.features]
@@ -98,23 +101,43 @@ def render_png(
     groups: dict[str, StreamStats], flags: dict[tuple[str, str], list[str]], title: str
 ) -> bytes:
     """The figure as PNG bytes (matplotlib's Agg backend, no display needed)."""
+    buffer = io.BytesIO()
+    render_figure(groups, flags, title).savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def render_figure(
+    groups: dict[str, StreamStats], flags: dict[tuple[str, str], list[str]], title: str
+):
+    """The report figure (a matplotlib ``Figure`` on the Agg canvas). Margins, gaps and
+    the legend's place below its panel are computed in inches, not searched for
+    (constrained layout takes seconds at 100 rows), so that no text covers a bar or
+    runs into the next panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullLocator
+    from matplotlib.transforms import blended_transform_factory
 
     rows = collect_rows(groups, flags)
     n = len(rows.labels)
     y = np.arange(n)
-    height = 1.9 + ROW_INCHES * max(n, 8)
-    # margins computed, not searched for (constrained layout takes seconds at 100 rows)
+    entries = len(rows.ratios) + 1  # the steps and the √2 line
+    legend_cols = min(entries, 3)
+    legend_inches = (-(-entries // legend_cols) * LEGEND_ROW_INCHES + 0.15) if rows.ratios else 0
+    bottom = 0.45 + legend_inches
+    height = 1.45 + bottom + ROW_INCHES * max(n, 8)
     label_inches = 0.3 + max(len(label) for label in rows.labels) * LABEL_PT * 0.6 / 72
     width = 12.5 + label_inches
+    right = 0.35  # half the last tick label ("1.00") of the NaN panel
+    panels = width - label_inches - right
     fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
     fig.subplots_adjust(
         left=label_inches / width,
-        right=1 - 0.15 / width,
+        right=1 - right / width,
         top=1 - 0.75 / height,
-        bottom=0.45 / height,
-        wspace=0.06,
+        bottom=bottom / height,
+        wspace=GAP_INCHES / ((panels - 3 * GAP_INCHES) / 4),
     )
     axes = fig.subplots(1, 4, sharey=True, gridspec_kw={"width_ratios": [1.3, 1.2, 1.0, 0.7]})
     fig.suptitle(title, x=0.01, y=1 - 0.12 / height, ha="left", va="top", fontsize=11)
@@ -149,11 +172,23 @@ def render_png(
     ax = axes[1]
     if rows.ratios:
         height_each = 0.8 / len(rows.ratios)
+        handles = []
         for j, (key, values) in enumerate(rows.ratios.items()):
             offset = -0.4 + height_each * (j + 0.5)
-            ax.barh(y + offset, values, height=height_each, label=key, zorder=2)
-        ax.axvline(np.sqrt(2), color=WARN_COLOR, lw=0.8, ls="--", label="√2: uncorrelated steps")
-        ax.legend(fontsize=8, loc="lower right")
+            handles.append(ax.barh(y + offset, values, height=height_each, label=key, zorder=2))
+        sqrt2 = "√2: uncorrelated steps"
+        handles.append(ax.axvline(np.sqrt(2), color=WARN_COLOR, lw=0.8, ls="--", label=sqrt2))
+        # below the panel's tick labels, never over its bars; the steps in order
+        under = blended_transform_factory(ax.transAxes, fig.dpi_scale_trans)
+        ax.legend(
+            handles=handles,
+            fontsize=8,
+            loc="upper center",
+            bbox_to_anchor=(0.5, bottom - 0.3),
+            bbox_transform=under,
+            ncol=legend_cols,
+            frameon=False,
+        )
     else:
         _no_data(ax, "no difference statistics")
     ax.set_title("diff_std / std per step (loss weighting)", fontsize=10)
@@ -172,10 +207,7 @@ def render_png(
     else:
         _no_data(ax, "no NaN" if np.isfinite(rows.nan_percent).any() else "no NaN counts")
     ax.set_title("NaN %", fontsize=10)
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return fig
 
 
 DRIFT_ROW_INCHES = 1.5

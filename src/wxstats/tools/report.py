@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from wxstats.core.stats import Stats, StreamStats
+from wxstats.tools.labels import feature_labels, with_labels
 
 REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
 DRIFT_NAME = "wxstats_drift.png"
@@ -24,10 +25,6 @@ DRIFT_NAME = "wxstats_drift.png"
 
 def _g(value: float) -> str:
     return f"{value:.6g}"
-
-
-GROUP_DIMS = ("month", "hour", "year")
-"""Feature dimensions of ``--by`` (a climatology, per year): shown as groups, not levels."""
 
 
 def format_table(stats: Stats) -> str:
@@ -44,25 +41,6 @@ def format_table(stats: Stats) -> str:
         where = f", split {split}" if split else ""
         console.print(_rich_table(streams, f"wxstats: {stats.source_kind}{where}"))
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).rstrip()
-
-
-def feature_labels(stream: StreamStats) -> list[str]:
-    """Row labels of a stream's features: the feature names, or for a climatology
-    the variable and level with the group in words (``z_500 (month 1)``)."""
-    layout = stream.layout
-    if layout is None or not set(layout.feature_dims) & set(GROUP_DIMS):
-        return list(stream.features)
-    labels = []
-    for flat in range(len(stream.features)):
-        index = np.unravel_index(flat, layout.feature_shape)
-        name, group = [layout.prefix], []
-        for dim, i in zip(layout.feature_dims, index, strict=True):
-            value = np.asarray(layout.coords[dim][1])[i] if dim in layout.coords else i
-            (group if dim in GROUP_DIMS else name).append(
-                f"{dim} {value}" if dim in GROUP_DIMS else str(value)
-            )
-        labels.append("_".join(name) + f" ({', '.join(group)})")
-    return labels
 
 
 def _rich_table(streams: list[StreamStats], title: str):
@@ -278,9 +256,10 @@ def write_stats_report(
     from wxstats.tools.figure import render_drift_png, render_png
 
     chosen = split or (stats.splits()[0] if stats.splits() else None)
+    series = year_series(stats, chosen, last_years)  # from the layouts, before relabelling
+    stats, empty = with_labels(stats, chosen)
     groups = stats.by_category(chosen)
     found = findings(stats, chosen)
-    series = year_series(stats, chosen, last_years)
     categories = {name: s.category for name, s in stats.streams.items()}
     drift = [(categories[s.stream], s.variable, flag) for s in series for flag in s.flags]
     found += [Finding(c, v, f"drift: {flag}") for c, v, flag in drift]
@@ -288,6 +267,8 @@ def write_stats_report(
     for f in found:
         flags.setdefault((f.category, f.variable), []).append(f.message)
     title = _title(stats, chosen)
+    if empty:
+        title += f"; {empty} climatology groups without data left out (count 0)"
     png = render_png(groups, flags, title)
     drift_png = render_drift_png(series, f"{title}: per year and cumulative") if series else b""
     page = report_html(stats, groups, flags, png, title, series, drift_png)

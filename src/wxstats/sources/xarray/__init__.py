@@ -66,7 +66,7 @@ from wxstats.sources.xarray.timeaxis import (
     where_in,
 )
 from wxstats.sources.xarray.weights import grid_weights, weight_field
-from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
+from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, given_zarr_store
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
 
@@ -183,9 +183,19 @@ class XarraySource:
 
     def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
         """Chunk-by-chunk reading for a zarr store or one local netCDF4/HDF5 file
-        (see :mod:`.chunks`); other files (netCDF3, a glob of files) and a given
-        Dataset are read through xarray."""
-        if len(self.parts) != 1 or self.given:
+        (see :mod:`.chunks`), and for a given Dataset whose variables are a local zarr
+        store's, untransformed (:func:`.zarrchunks.given_zarr_store`); other files
+        (netCDF3, a glob of files) and other Datasets are read through xarray."""
+        if self.given:
+            names = [v.name for v in self.vars if v.has_time]
+            store = given_zarr_store(self.parts[0].ds, names)
+            if store is None:
+                return None
+            try:
+                return ZarrChunkReader(store, {}, self.options.io_threads)
+            except Exception:  # what xarray opened and zarr cannot: xarray's reading
+                return None
+        if len(self.parts) != 1:
             return None
         if is_zarr(self.path):
             try:

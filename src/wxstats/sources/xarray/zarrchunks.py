@@ -134,3 +134,87 @@ class ZarrChunkReader(ChunkReader):
             key=lambda coords: prefix + encode(coords),
             read_plain=arr.__getitem__,
         )
+
+
+_PASSTHROUGH = ("MemoryCachedArray", "CopyOnWriteArray", "ImplicitToExplicitIndexingAdapter")
+"""xarray's wrappers of a lazily opened array that hand its values on unchanged."""
+_DECODED_BY_XARRAY = ("scale_factor", "add_offset", "_Unsigned", "missing_value")
+"""Encoding keys that mean xarray changed the stored values while decoding them."""
+
+
+def given_zarr_store(dataset: Any, names: list[str]) -> str | None:
+    """The local zarr store folder that the variables ``names`` of a Dataset opened by
+    the caller read untransformed, for the chunk reader; ``None`` (xarray reads them)
+    unless every one is its store's array of the same name, whole, in stored axis order
+    and dtype, not yet loaded, and not decoded by xarray (no packing, a NaN fill or
+    none; the attributes left by ``mask_and_scale=False`` are decoded as for a path).
+    Anything a ``preprocess`` or a selection did shows as another wrapper, another dask
+    layer or a loaded array: those are read through xarray, as the Dataset holds them."""
+    try:
+        roots = {_local_root(dataset.variables[name], name) for name in names}
+    except (AttributeError, TypeError, ValueError):  # other xarray, dask or zarr internals
+        return None
+    source = dataset.encoding.get("source")  # the path xarray opened, when it had one
+    if None in roots or len(roots) != 1 or (source and os.path.realpath(source) not in roots):
+        return None
+    return roots.pop()
+
+
+def _local_root(var: Any, name: str) -> str | None:
+    """The folder of the local zarr store whose array ``name`` ``var`` (an
+    ``xarray.Variable``) holds untransformed, else ``None``."""
+    arr = _zarr_array(var._data)
+    if arr is None or _decoded(var) or arr.path.strip("/") != name:
+        return None
+    if tuple(arr.shape) != tuple(var.shape) or np.dtype(arr.dtype) != var.dtype:
+        return None
+    root = getattr(arr.store, "root", None)  # a LocalStore; object stores have none
+    if type(arr.store).__name__ != "LocalStore" or root is None:
+        return None
+    return os.path.realpath(root)
+
+
+def _decoded(var: Any) -> bool:
+    """Whether xarray's decoding may have changed the stored values of ``var``."""
+    encoding = var.encoding
+    if any(key in encoding for key in _DECODED_BY_XARRAY):
+        return True
+    if np.dtype(encoding.get("dtype", var.dtype)) != var.dtype:
+        return True
+    fill = encoding.get("_FillValue")
+    return fill is not None and not (np.asarray(fill).dtype.kind == "f" and np.isnan(fill))
+
+
+def _zarr_array(data: Any) -> Any:
+    """The zarr array under xarray's lazy wrappers of ``data`` (see
+    :func:`given_zarr_store`), or ``None`` for anything else."""
+    for _ in range(16):
+        kind = type(data).__name__
+        if kind == "ZarrArrayWrapper":
+            return getattr(data, "_array", None)
+        if hasattr(data, "dask"):  # dask: only from_array of the backend array, as opened
+            data = _dask_source(data)
+        elif kind == "LazilyIndexedArray":
+            key = getattr(getattr(data, "key", None), "tuple", None)
+            if key is None or any(k != slice(None) for k in key):
+                return None
+            data = data.array
+        elif kind in _PASSTHROUGH:
+            data = data.array
+        else:
+            return None
+    return None
+
+
+def _dask_source(array: Any) -> Any:
+    """The array a dask array was made from by ``from_array`` (xarray's chunking of a
+    backend array), or ``None`` if any other operation is in its graph."""
+    graph, original = array.dask, f"original-{array.name}"
+    if set(graph.layers) != {array.name, original}:
+        return None
+    if graph.dependencies.get(array.name) != {original}:
+        return None
+    values = list(dict(graph.layers[original]).values())
+    if len(values) != 1:
+        return None
+    return getattr(values[0], "value", values[0])  # a dask DataNode holds its value
