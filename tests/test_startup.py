@@ -54,6 +54,15 @@ def test_a_tiny_zarr_run_imports_neither_torch_nor_numba(tiny_zarr, tmp_path):
     assert {"xarray", "zarr", "netCDF4"} <= modules  # the watch itself works
 
 
+def test_a_netcdf_run_imports_no_zarr(tmp_path):
+    data = tmp_path / "tiny.nc"
+    gridded(n_time=20, ny=4, nx=5)[0].to_netcdf(data, engine="netcdf4")
+    modules = loaded("compute", str(data), "--quiet", "--output", str(tmp_path / "stats.nc"))
+    # xarray imports every backend plugin when it guesses the engine (kerchunk's: zarr)
+    assert not {"zarr", "torch", "numba"} & modules
+    assert {"xarray", "netCDF4"} <= modules
+
+
 def test_a_meps_run_writes_the_pt_files_without_torch(meps_copy):
     modules = loaded("compute", str(meps_copy), "--quiet")
     assert "torch" not in modules
