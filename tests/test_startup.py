@@ -14,6 +14,8 @@ import torch
 from distributed_helpers import env
 from gridded_data import gridded, write_zarr
 
+pytestmark = pytest.mark.slow  # starts a process per command
+
 WATCHED = ("torch", "numba", "xarray", "zarr", "netCDF4")
 CHILD = f"""
 import atexit, sys
