@@ -262,7 +262,7 @@ class ChunkReader:
             fetched = ahead.result() if ahead is not None else self.store.get_many(list(keys))
         # a few runs of chunks per thread, not a future per chunk: for small chunks the
         # future cost more than the chunk (5000 chunks of 80 bytes: 0.41 s, 0.24 s so)
-        size = -(-len(tasks) // (TASKS_PER_THREAD * self.threads))
+        size = max(1, -(-len(tasks) // (TASKS_PER_THREAD * self.threads)))
         runs = [tasks[i : i + size] for i in range(0, len(tasks), size)]
         futures = [self.pool.submit(self._fill_all, fetched, run) for run in runs]
         for fut in futures:
