@@ -107,6 +107,26 @@ def test_ab_command_alternates_two_trees(tmp_path):
     assert (tmp_path / "o.nc").exists()
 
 
+def test_bench_startup_prints_each_command_against_the_baseline(tmp_path):
+    import shutil
+
+    work = tmp_path / "work"
+    work.mkdir()
+    # two trees (this one and a copy): every row for each, in the same rounds
+    copy = shutil.copytree(BENCHMARKS.parent / "src", tmp_path / "copy" / "src")
+    trees = ("--src", str(BENCHMARKS.parent / "src"), "--src", str(copy))
+    text = _run("bench_startup.py", "--repeat", "1", *trees, "--dir", str(work), cwd=tmp_path)
+    base = re.search(r"baseline: python -c 'import numpy, xarray'\s+([0-9.]+)", text)
+    assert base and float(base.group(1)) > 0, text
+    rows = ["wxstats --help", "compute tiny zarr", "compute tiny netCDF"]
+    rows += ["compute zarr, 5000 chunks", "compute tiny MEPS (.pt files)"]
+    for row in rows:
+        found = re.findall(re.escape(row) + r" \[[^]]+\]\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+x", text)
+        assert len(found) == 2 and all(float(t) > 0 for t in found), text
+    assert len(re.findall(r"numba kernel load, warm cache .* [0-9.]+ s", text)) == 2, text
+    assert list(work.iterdir()) == []  # the work folder is removed
+
+
 def test_bench_xarray_prints_each_row_with_errors_against_float64(tmp_path):
     missing = tmp_path / "not" / "yet"  # --dir is created when it does not exist
     text = _run(

@@ -72,6 +72,7 @@ def test_slabs_equal_xarray(tmp_path, layout):
             want_q = ref["q"].isel(time=slice(start, stop)).transpose("time", "x", "level")
             np.testing.assert_array_equal(got["q"], want_q.values)
             assert got["a"].flags.c_contiguous and got["a"].dtype.isnative
+        assert reader.read([]) == {}  # no chunk: no run of chunks to submit
     finally:
         reader.close()
 

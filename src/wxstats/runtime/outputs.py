@@ -357,8 +357,7 @@ def prepare_outputs(source: Source, options: ComputeOptions, extra: list[Path] =
     paths = list(planned) + list(extra)
     side = sidecar_path(source, options)
     check_collisions(source, paths + ([side] if side else []))
-    # torch's .pt files hold only their values; importing torch here would delay every
-    # MEPS run by seconds (its import overlaps the reading, see runtime/preload.py)
+    # the .pt files hold only their values, known at the end (io/formats/ptfile.py)
     templates = {p: (None if p.suffix == ".pt" else w) for p, w in planned.items()}
     prepared = prepare_all({**templates, **dict.fromkeys(extra)}, options.overwrite)
     try:

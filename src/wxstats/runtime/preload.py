@@ -1,12 +1,10 @@
-"""Import the writers' heavy libraries in the background while data is read.
+"""Import the writers' libraries in the background while data is read.
 
-``torch`` (for the neural-lam ``.pt`` files) takes seconds to import, longer
-than reading gigabytes of warm data; ``netCDF4`` writes the statistics file.
-Only what a run writes is imported: a zarr run never pays for torch.
-They are only needed at the end of a run, so :func:`start` imports them in a
-thread while the kernel (which releases the GIL) works; the writers' own
-``import`` then finds them loaded. A failed import is left for the writer to
-report.
+``netCDF4`` writes the statistics file. It is only needed at the end of a run,
+so :func:`start` imports it in a thread while the kernel (which releases the
+GIL) works; the writer's own ``import`` then finds it loaded. A failed import
+is left for the writer to report. (torch is not among them: the neural-lam
+``.pt`` files are written without it, :mod:`wxstats.io.formats.ptfile`.)
 """
 
 from __future__ import annotations
@@ -16,8 +14,8 @@ import importlib
 import threading
 from collections.abc import Callable
 
-WRITER_MODULES = ("torch", "netCDF4")
-"""What a neural-lam run writes with; other runs import only ``netCDF4``."""
+WRITER_MODULES = ("netCDF4",)
+"""What every run writes with."""
 
 
 def _import_all(names: tuple[str, ...]) -> None:

@@ -260,8 +260,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         end_of_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
-        modules = preload.WRITER_MODULES if source.kind == "npyfilesmeps" else ("netCDF4",)
-        after_first = preload.after_first(modules) if world.rank == 0 else (lambda index: None)
+        after_first = preload.after_first() if world.rank == 0 else (lambda index: None)
 
         def on_sample(index: int) -> None:
             world.on_sample(sizes[index])

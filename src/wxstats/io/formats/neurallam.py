@@ -2,9 +2,9 @@
 
 ``parameter_mean.pt``, ``parameter_std.pt``, ``diff_mean.pt``, ``diff_std.pt``
 (differences on the standardized scale), ``flux_stats.pt`` (``[mean, std]``):
-float32 tensors saved with ``torch.save`` (torch itself writes its format; its
-import is overlapped with the computation, see :mod:`wxstats.runtime.preload`) and
-loadable with ``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
+float32 tensors, the bytes ``torch.save`` writes, produced without importing
+torch (seconds: see :mod:`wxstats.io.formats.ptfile`) and loadable with
+``weights_only=True``; ``parameter_weights.npy``: float32, one weight per
 variable from its vertical level. :func:`read_neurallam_static` reads such a
 folder (names, units and step length from the datastore YAML beside it).
 """
@@ -20,6 +20,7 @@ import numpy as np
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import MEPS_FLUX, DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.ptfile import tensor_bytes
 from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
 
 DEFAULT_LEVEL_WEIGHTS: dict[str, float] = {
@@ -86,11 +87,11 @@ def parameter_weights(levels: list[str], names: list[str], weights: dict[str, fl
 
 
 def _tensor_writer(values: np.ndarray) -> Writer:
-    def write(path: Path) -> None:
-        import torch
+    data = tensor_bytes(np.asarray(values, dtype=np.float32))
 
+    def write(path: Path) -> None:
         with open(path, "wb") as f:
-            torch.save(torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)), f)
+            f.write(data)
 
     return write
 
