@@ -105,10 +105,10 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
             "--min-std floors what neural-lam divides by: neural-lam's static files, or an "
             "mllam-data-prep store with --write-into; a statistics file keeps the true std"
         )
-    if options.by == "year" and (options.state or options.base_state or options.reference_state):
+    if options.by == "year" and (options.state or options.base_state):
         raise WxstatsError(  # the layout is this run's years: a state grows with others
-            "--by year: its years are this run's, not a state's (--state, update, "
-            "--reference-state); compute per-year statistics in one run over every year"
+            "--by year: its years are this run's, not a state's (--state, update); "
+            "compute per-year statistics in one run over every year"
         )
     if options.by and (options.write_into or options.output_format != "netcdf"):
         raise WxstatsError(
