@@ -139,8 +139,11 @@ def test_update_writes_the_datastores_static_files_by_default(stores, meps_small
     """As compute over the bigger datastore would: its static/ folder."""
     root, full, *_ = stores
     bigger = datastore(meps_small, tmp_path / "bigger")
-    assert main(["update", str(root / "a.wxstate"), str(bigger), *Q]) == 0
+    state = tmp_path / "s.wxstate"  # grown in place, as docs/neural-lam.md shows
+    shutil.copy(root / "a.wxstate", state)
+    assert main(["update", str(state), str(bigger), "--state", str(state), "--overwrite", *Q]) == 0
     same_outputs(bigger.parent / "static", full)
+    assert State.read(str(state)).coverage.samples == tuple(names(meps_small))
 
 
 def test_overlapping_samples_are_refused(stores, meps_small, tmp_path, capsys):
