@@ -164,17 +164,15 @@ def test_overlapping_samples_are_refused(stores, meps_small, tmp_path, capsys):
 
 
 def test_other_channels_are_refused(stores, meps_small, tmp_path, capsys):
-    """A datastore reading other channels (one more removed) is other data."""
+    """The same variable names read from other channels of the files (another
+    ``remove_state_features_with_index``) are other data."""
     root, *_ = stores
     config = yaml.safe_load(meps_small.read_text())
     ds = config["dataset"]
     removed = list(ds.get("remove_state_features_with_index") or [])
     last = len(ds["var_names"]) + len(removed) - 1  # the last channel of the files
-    assert last not in removed
-    for key in ("var_names", "var_longnames", "var_units"):
-        if key in ds:
-            ds[key] = ds[key][:-1]
-    ds["remove_state_features_with_index"] = [*removed, last]
+    assert len(removed) == 1 and removed != [last]
+    ds["remove_state_features_with_index"] = [last]
     other = datastore(meps_small, tmp_path / "other", config=config)
     assert main(["compute", str(other), "--state", str(tmp_path / "o.wxstate"), *Q]) == 0
     capsys.readouterr()
@@ -182,9 +180,9 @@ def test_other_channels_are_refused(stores, meps_small, tmp_path, capsys):
     watched.mkdir()
     args = ["merge", str(root / "a.wxstate"), str(tmp_path / "o.wxstate")]
     line = assert_refused(capsys, watched, [*args, "--output-dir", str(watched / "m")])
-    assert "cannot merge with" in line and "o.wxstate" in line
+    assert "cannot merge with" in line and "o.wxstate" in line and "channels read" in line
     update = ["update", str(root / "a.wxstate"), str(other), "--output-dir", str(watched / "u")]
-    assert_refused(capsys, watched, update, "cannot update", str(other))
+    assert_refused(capsys, watched, update, "cannot update", str(other), "channels read")
 
 
 def test_outputs_neural_lam_cannot_load_are_refused(stores, tmp_path, capsys):
