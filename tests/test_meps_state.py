@@ -135,6 +135,17 @@ def test_update_with_the_full_datastore_adds_only_the_new_samples(
     assert_refused(capsys, tmp_path, again, str(full), "already", "nothing to add")
 
 
+def test_update_with_two_processes(stores, tmp_path, monkeypatch):
+    """Every rank leaves out the state's samples and shares out the same rest."""
+    from distributed_helpers import env
+
+    root, full, *_ = stores
+    monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
+    args = ["update", str(root / "b.wxstate"), str(full), "--output-dir", str(tmp_path / "u")]
+    assert main([*args, "--nproc", "2", *Q]) == 0
+    same_outputs(tmp_path / "u", full)
+
+
 def test_update_writes_the_datastores_static_files_by_default(stores, meps_small, tmp_path):
     """As compute over the bigger datastore would: its static/ folder."""
     root, full, *_ = stores

@@ -16,7 +16,6 @@ examples:
   wxstats compute era5-1979-2019.zarr --state era5.wxstate --output era5.stats.nc
   wxstats update era5.wxstate era5-2020.zarr --state era5-2020.wxstate --output era5.stats.nc
   wxstats update era5.wxstate era5-2020.zarr --nproc 4 --state era5.wxstate --overwrite
-
   wxstats compute meps.datastore.yaml --state meps.wxstate
   wxstats update meps.wxstate bigger/meps.datastore.yaml --state bigger.wxstate
 
@@ -33,7 +32,6 @@ examples:
   wxstats compute y2019.zarr --state 2019.wxstate
   wxstats compute y2020.zarr --state 2020.wxstate    # elsewhere, at the same time
   wxstats merge 2020.wxstate 2019.wxstate --output all.stats.nc --state all.wxstate
-
   wxstats merge meps-a.wxstate meps-b.wxstate --output-dir static
 
 States of disjoint time ranges, computed anywhere and in any order; differences
@@ -136,8 +134,8 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
     merge = commands.add_parser(
         "merge",
         help="join statistics states of disjoint time ranges or sets of samples",
-        description="Join states computed separately (e.g. one per year) into the statistics "
-        "of all their data.",
+        description="Join states computed separately (e.g. one per year, or per batch of "
+        "samples of a neural-lam datastore) into the statistics of all their data.",
         epilog=MERGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
