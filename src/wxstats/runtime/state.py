@@ -132,10 +132,6 @@ class TimeCoverage:
         return TimeCoverage(dtype, items[0], items[-1], len(items), step)
 
 
-Coverage = TimeCoverage
-"""The time ranges of a zarr/netCDF state (the name every state's coverage had)."""
-
-
 @dataclass(frozen=True)
 class SampleCoverage:
     """The samples a state of a neural-lam MEPS datastore covers: their file
@@ -179,10 +175,14 @@ class SampleCoverage:
         source.leave_out(set(self.samples))
         if len(source) == 0:
             raise WxstatsError(
-                f"{source.config_path}: every sample of its {source.split} split is in {where} "
-                "already; nothing to add"
+                f"{source_name(source)}: every sample of its {source.split} split is in "
+                f"{where} already; nothing to add"
             )
 
+
+Coverage = TimeCoverage | SampleCoverage
+"""What a state covers; each kind has ``n``, ``text``, ``bounds``, ``split_text``,
+``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
 
 COVERAGES: dict[str, type[TimeCoverage] | type[SampleCoverage]] = {
     "xarray": TimeCoverage,
@@ -194,7 +194,7 @@ NO_STATE = {"anemoi": "an anemoi dataset's statistics are rewritten whole, over 
 """Why a kind of data has no state."""
 
 
-def coverage_from_json(data: dict[str, Any]) -> TimeCoverage | SampleCoverage:
+def coverage_from_json(data: dict[str, Any]) -> Coverage:
     """A coverage as :meth:`to_json` wrote it (time ranges: as before samples had one)."""
     if "samples" in data:
         return SampleCoverage(tuple(data["samples"]))
@@ -299,7 +299,7 @@ class State:
 
     identity: dict[str, Any]
     specs: list[StreamSpec]
-    coverage: TimeCoverage | SampleCoverage
+    coverage: Coverage
     acc: RunMoments
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
@@ -413,10 +413,10 @@ def check_source(source: Source, what: str) -> None:
         why = NO_STATE.get(source.kind, "it has no statistics state")
         kinds = "zarr/netCDF datasets and neural-lam datastores"
         raise WxstatsError(f"{source_name(source)}: {what} is for {kinds} ({why})")
-    coverage_of(source)
+    coverage_of(source)  # now, not after the run: several splits, a cftime axis
 
 
-def coverage_of(source: Source) -> TimeCoverage | SampleCoverage:
+def coverage_of(source: Source) -> Coverage:
     """What a run over ``source`` covers, as its kind of data decides."""
     return COVERAGES[source.kind].of_source(source)
 
