@@ -396,16 +396,13 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
     assert values(out) == values(root / "full.nc")
 
 
-def test_state_options_refused_where_they_cannot_work(data, meps_small, tmp_path, capsys):
-    root, _ = data
-    args = ["compute", str(meps_small), "--state", str(tmp_path / "m.wxstate"), "--quiet"]
-    assert_refused(
-        capsys,
-        tmp_path,
-        [*args, "--output-dir", str(tmp_path / "o")],
-        str(meps_small),
-        "zarr/netCDF",
-    )
+def test_state_refused_for_an_anemoi_dataset(tmp_path, capsys):
+    """An anemoi dataset's statistics are rewritten whole, over its window: no state."""
+    from test_anemoi import make_dataset
+
+    make_dataset(tmp_path / "an.zarr")
+    args = ["compute", str(tmp_path / "an.zarr"), "--state", str(tmp_path / "a.wxstate")]
+    assert_refused(capsys, tmp_path, [*args, "--quiet"], "an.zarr", "anemoi", "rewritten whole")
 
 
 def test_update_refuses_another_kind_of_time_axis(data, tmp_path, capsys):

@@ -11,18 +11,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from wxstats.core.errors import WxstatsError
-
 UPDATE_EPILOG = """\
 examples:
   wxstats compute era5-1979-2019.zarr --state era5.wxstate --output era5.stats.nc
   wxstats update era5.wxstate era5-2020.zarr --state era5-2020.wxstate --output era5.stats.nc
   wxstats update era5.wxstate era5-2020.zarr --nproc 4 --state era5.wxstate --overwrite
+  wxstats compute meps.datastore.yaml --state meps.wxstate
+  wxstats update meps.wxstate bigger/meps.datastore.yaml --state bigger.wxstate
 
 The statistics are the same bytes as one compute run over all the data. The new
 data must start one time step after the state's last time (a gap is refused
 unless --allow-gap) and have the state's variables, units, grid and options,
-which are taken from the state.
+which are taken from the state. A neural-lam datastore's update reads only the
+samples that are not in the state, and writes what compute writes: neural-lam's
+static files and wxstats_stats.nc, in the datastore's static/ or --output-dir.
 """
 
 MERGE_EPILOG = """\
@@ -30,32 +32,57 @@ examples:
   wxstats compute y2019.zarr --state 2019.wxstate
   wxstats compute y2020.zarr --state 2020.wxstate    # elsewhere, at the same time
   wxstats merge 2020.wxstate 2019.wxstate --output all.stats.nc --state all.wxstate
+  wxstats merge meps-a.wxstate meps-b.wxstate --output-dir static
 
 States of disjoint time ranges, computed anywhere and in any order; differences
 across adjacent ranges are counted once. Byte-identical to one run over all the
-data: every time step is summed relative to its own reference.
+data: every time step is summed relative to its own reference. States of a
+neural-lam datastore hold disjoint sets of samples; their statistics are
+neural-lam's static files and wxstats_stats.nc, written in --output-dir.
 """
 
 
 def add_state_arguments(p: argparse.ArgumentParser) -> None:
     """``compute --state FILE``."""
-    g = p.add_argument_group("statistics that grow with the data (zarr/netCDF)")
+    g = p.add_argument_group("statistics that grow with the data")
     g.add_argument(
         "--state",
         type=Path,
         metavar="FILE.wxstate",
         help="also write the exact accumulator, to add later data with 'wxstats update' or "
-        "join other ranges with 'wxstats merge' (one split); the statistics file defaults to "
-        "the state's name with .stats.nc",
+        "join other ranges or samples with 'wxstats merge' (one split); a zarr/netCDF run's "
+        "statistics file defaults to the state's name with .stats.nc",
     )
 
 
 def _outputs(p: argparse.ArgumentParser) -> None:
+    from wxstats.cli.compute_args import level_weights, positive_float
+
     p.add_argument(
         "--output",
         type=Path,
         metavar="FILE.nc",
-        help="the statistics file (default: the new state's name with .stats.nc)",
+        help="the statistics file of zarr/netCDF states (default: the new state's name with "
+        ".stats.nc)",
+    )
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="neural-lam datastore states: write neural-lam's static files and "
+        "wxstats_stats.nc here (update's default: the datastore's static/, as compute)",
+    )
+    p.add_argument(
+        "--level-weights",
+        type=level_weights,
+        metavar="LEVEL=W,...",
+        help="neural-lam states: as compute's (a state does not keep it)",
+    )
+    p.add_argument(
+        "--min-std",
+        type=positive_float,
+        metavar="VALUE",
+        help="neural-lam states: as compute's (a state does not keep it)",
     )
     p.add_argument("--summary", type=Path, metavar="FILE.json", help="also write JSON")
     p.add_argument("--state", type=Path, metavar="FILE.wxstate", help="write the grown state")
@@ -74,20 +101,25 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
 
     update = commands.add_parser(
         "update",
-        help="add new time steps to a statistics state (same bytes as a full run)",
+        help="add new time steps or samples to a statistics state (same bytes as a full run)",
         description="Read only the new time steps (and the state's last steps for the "
-        "differences across the boundary) and write the statistics of all the data.",
+        "differences across the boundary), or a datastore's samples not in the state, and "
+        "write the statistics of all the data.",
         epilog=UPDATE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     update.add_argument("base", type=Path, metavar="STATE", help="a .wxstate file")
-    update.add_argument("dataset", help="the new data: zarr store, netCDF file or quoted glob")
+    update.add_argument(
+        "dataset",
+        help="the new data: zarr store, netCDF file, quoted glob or neural-lam datastore YAML",
+    )
     _outputs(update)
     update.add_argument(
         "--only-new",
         action="store_true",
         help="DATASET may hold the state's times too (a store appended in place): use only "
-        "the times after the state's last; its last time steps must be found unchanged",
+        "the times after the state's last; its last time steps must be found unchanged (a "
+        "datastore's update always reads only the samples not in the state)",
     )
     update.add_argument("--threads", type=positive_int, help="threads per process")
     update.add_argument(
@@ -101,24 +133,14 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
 
     merge = commands.add_parser(
         "merge",
-        help="join statistics states of disjoint time ranges",
-        description="Join states computed separately (e.g. one per year) into the statistics "
-        "of all their data.",
+        help="join statistics states of disjoint time ranges or sets of samples",
+        description="Join states computed separately (e.g. one per year, or per batch of "
+        "samples of a neural-lam datastore) into the statistics of all their data.",
         epilog=MERGE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     merge.add_argument("states", type=Path, nargs="+", metavar="STATE", help=".wxstate files")
     _outputs(merge)
-
-
-def _default_output(args: argparse.Namespace) -> Path | None:
-    if args.output is not None or args.summary is not None:
-        return args.output
-    if args.state is not None:
-        return args.state.with_suffix(".stats.nc")
-    if args.command == "update":
-        return args.base.with_suffix(".stats.nc")
-    raise WxstatsError("merge: give --output FILE.nc, --summary FILE.json or --state FILE")
 
 
 def run_update(args: argparse.Namespace, argv: list[str]) -> int:
@@ -129,7 +151,10 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
         args.base,
         args.dataset,
         only_new=args.only_new,
-        output=_default_output(args),
+        output=args.output,
+        output_dir=args.output_dir,
+        level_weights=args.level_weights,
+        min_std=args.min_std,
         summary=args.summary,
         state=args.state,
         overwrite=args.overwrite,
@@ -153,7 +178,10 @@ def run_merge(args: argparse.Namespace) -> int:
 
     stats, written = merge_states(
         args.states,
-        output=_default_output(args),
+        output=args.output,
+        output_dir=args.output_dir,
+        level_weights=args.level_weights,
+        min_std=args.min_std,
         summary=args.summary,
         state=args.state,
         overwrite=args.overwrite,

@@ -9,13 +9,17 @@ computed from the first range's last and the second range's first
 ``max(diff_steps)`` steps, which every state keeps). Every time step is
 summed relative to its own reference (:mod:`wxstats.core.unit_reference`), so
 states computed apart, on any machines and in any order, join to the same
-bytes as the full run.
+bytes as the full run. A neural-lam MEPS datastore's samples are independent
+(no difference crosses two), so their states join by adding the sums of
+disjoint sets of samples.
 
-:func:`combine` joins states in time order (refusing overlaps, gaps unless
-allowed, other data); :class:`Growth` is what a ``compute`` or ``update`` run
-does with states: check the new data against the state before reading it, and
-after the all-reduce join the new sums to the state's and keep the result to
-write.
+:func:`combine` joins states as their coverage is: time ranges in time order
+(refusing overlaps, gaps unless allowed, other data), sets of samples in any
+order (refusing a sample counted twice, other data); :class:`Growth` is what
+a ``compute`` or ``update`` run does with states: check the new data against
+the state before reading it (an update of samples reads only those not in the
+state), and after the all-reduce join the new sums to the state's and keep the
+result to write.
 """
 
 from __future__ import annotations
@@ -33,12 +37,14 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
-    Coverage,
+    SampleCoverage,
     State,
+    TimeCoverage,
     check_source,
     coverage_of,
     identity_of,
     refuse_mismatch,
+    source_name,
     state_of_run,
 )
 from wxstats.sources.base import Source
@@ -111,7 +117,7 @@ def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
     return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
 
 
-def _same(a: Coverage, x: int | float, y: int | float, step: int | float) -> bool:
+def _same(a: TimeCoverage, x: int | float, y: int | float, step: int | float) -> bool:
     """Equal times or steps (a float axis: to 1e-9 of a step, as the sources
     check that times are regular)."""
     if np.dtype(a.dtype).kind == "f":
@@ -119,7 +125,7 @@ def _same(a: Coverage, x: int | float, y: int | float, step: int | float) -> boo
     return x == y
 
 
-def _next_step(a: Coverage, first: int | float, step: int | float) -> bool:
+def _next_step(a: TimeCoverage, first: int | float, step: int | float) -> bool:
     """Whether ``first`` is the time step after ``a``."""
     return _same(a, first, a.last + step, step)
 
@@ -175,9 +181,17 @@ def _join(prev: Span, nxt: Span, reach: int) -> Span:
 
 
 def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
-    """One state of disjoint ``states`` (any order), as one run over all of them:
-    their ranges in time order, a seam where two meet (a state may fill another's
-    gap), a gap elsewhere (refused unless allowed, or inside a state's gap)."""
+    """One state of disjoint ``states`` (any order), as one run over all of them,
+    joined as their kind of coverage is (:data:`JOINS`)."""
+    for other in states[1:]:
+        if type(other.coverage) is not type(states[0].coverage):  # another kind of data
+            refuse_mismatch(states[0], other.identity, other.name, verb)
+    return JOINS[type(states[0].coverage)](states, allow_gap, verb)
+
+
+def combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
+    """Time ranges: in time order, a seam where two meet (a state may fill
+    another's gap), a gap elsewhere (refused unless allowed, or inside a state's gap)."""
     ordered = sorted(states, key=lambda s: s.coverage.first)
     first = ordered[0]
     acc = first.acc.empty_like()
@@ -230,7 +244,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     return State(
         identity=first.identity,
         specs=first.specs,
-        coverage=Coverage(
+        coverage=TimeCoverage(
             cov.dtype,
             ranges[0][0],
             ranges[-1][1],
@@ -248,6 +262,41 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     )
 
 
+def combine_samples(states: list[State], allow_gap: bool, verb: str) -> State:
+    """Sets of samples: no difference crosses two samples, so their exact sums
+    add; refused before anything is written: other data, a sample in two states."""
+    first = states[0]
+    owner: dict[str, State] = {}
+    for state in states:
+        if state is not first:
+            refuse_mismatch(first, state.identity, state.name, verb)
+        for name in state.coverage.samples:
+            if name in owner:
+                raise WxstatsError(
+                    f"{state.name}: overlaps {owner[name].name}: both count sample {name} "
+                    f"({state.coverage.text} vs {owner[name].coverage.text}); each sample may "
+                    "be counted once"
+                )
+            owner[name] = state
+    acc = first.acc.empty_like()
+    for state in states:
+        acc.merge(state.acc)
+    ordered = sorted(states, key=lambda s: s.coverage.samples[0])
+    return State(
+        identity=first.identity,
+        specs=first.specs,
+        coverage=SampleCoverage(tuple(owner)),
+        acc=acc,
+        datasets=[d for s in ordered for d in s.datasets],
+        attrs=dict(ordered[0].attrs),
+        path=first.path,
+    )
+
+
+JOINS = {TimeCoverage: combine_ranges, SampleCoverage: combine_samples}
+"""How the states of each kind of coverage join (:data:`wxstats.runtime.state.COVERAGES`)."""
+
+
 def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
     return RunMoments({stream: acc.streams[stream]}).pack()
 
@@ -261,7 +310,7 @@ def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     stats.attrs.pop("statistics_period", None)  # of the first range only: splits says all
     split = state.identity["split"]
     stats.attrs["dataset"] = "; ".join(dict.fromkeys(d[0] for d in state.datasets))
-    stats.attrs["splits"] = f"{split}={cov.label(cov.first)}/{cov.label(cov.last)} ({cov.n} steps)"
+    stats.attrs["splits"] = cov.split_text(split)
     stats.attrs["skipna"] = int(state.identity["skipna"])
     stats.attrs["grown_from"] = "; ".join(f"{d[0]}: {d[1]} to {d[2]}" for d in state.datasets)
     if state.attrs.get("gaps"):
@@ -291,9 +340,23 @@ class Growth:
         """Refuse, before any data is read, what cannot become a state or grow one."""
         what = "updating a state" if self.base else "--state"
         check_source(source, what)
+        base, name = self.base, source_name(source)
+        if base is not None:
+            kind = base.identity["kind"]
+            if kind != source.kind:
+                raise WxstatsError(
+                    f"{name}: cannot update {base.name}: kind of data {source.kind}, the "
+                    f"state's {kind}"
+                )
+            base.coverage.leave_out(source, base.name)  # before the samples are counted
         identity = identity_of(source, skipna)
-        if self.base is not None:
-            refuse_mismatch(self.base, identity, source.path, "update")
+        if base is not None:
+            refuse_mismatch(base, identity, name, "update")
+            if isinstance(base.coverage, TimeCoverage):
+                self._check_times(source, identity)
+
+    def _check_times(self, source: Any, identity: dict[str, Any]) -> None:
+        """New time steps must follow the state's (earlier ones: merge)."""
         coverage = coverage_of(source)
         if self.base is not None:
             preview = State(identity, source.streams, coverage, self.base.acc, path=source.path)
@@ -317,7 +380,7 @@ class Growth:
         last = spans(base)[-1].tail  # the edges of the state's last range
         n = next(iter(last.values())).shape[0] if last else 0
         cov = base.coverage
-        found = Coverage.values_of(source.times[max(0, start - n) : start])
+        found = TimeCoverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
         if found.tolist() != expected:
             raise WxstatsError(
@@ -338,7 +401,6 @@ class Growth:
     def grown(self, source: Any, acc: RunMoments, skipna: bool) -> Stats:
         """The statistics after the run, keeping the state to write."""
         new = state_of_run(source, acc, skipna)
-        new.path = source.path
         if self.base is None:
             self.result = new
             return acc.extract(source.streams, source.kind)

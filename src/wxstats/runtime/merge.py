@@ -3,6 +3,14 @@
 ``update`` is a ``compute`` run over the new data with the state's selection
 (variables, steps, NaN handling, split name), so this module only builds its
 options; ``merge`` reads no data: it joins the states and writes.
+
+What they write is what ``compute`` writes for the kind of data: a statistics
+file (``--output FILE.nc``) for zarr/netCDF states; for neural-lam MEPS states
+neural-lam's ``static/`` files and ``wxstats_stats.nc`` in a folder
+(``--output-dir``; an update's default is the new datastore's ``static/``, as
+compute's). ``--output FILE.nc`` alone is refused for MEPS states: one netCDF
+file is not what neural-lam loads, and a training run normalised from stale
+``.pt`` files beside a fresh ``.nc`` is the error to avoid.
 """
 
 from __future__ import annotations
@@ -21,21 +29,59 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.state import Coverage, State
+from wxstats.runtime.state import State, TimeCoverage
+
+
+def _neurallam(state: State) -> bool:
+    """Whether ``state`` is of a neural-lam datastore (its outputs: neural-lam's files)."""
+    return state.identity["kind"] == "npyfilesmeps"
+
+
+def _refuse_output_options(state: State, options: dict[str, Any]) -> None:
+    """Options for the other kind of data's outputs, refused in one line."""
+    if _neurallam(state):
+        if options.get("output") is not None:
+            raise WxstatsError(
+                f"{options['output']}: {state.name} is of a neural-lam datastore, whose "
+                "statistics are neural-lam's static files: give --output-dir DIR (they and "
+                "wxstats_stats.nc are written there), not --output FILE.nc"
+            )
+        return
+    flags = [
+        flag
+        for flag, key in (
+            ("--output-dir", "output_dir"),
+            ("--level-weights", "level_weights"),
+            ("--min-std", "min_std"),
+        )
+        if options.get(key) is not None
+    ]
+    if flags:
+        raise WxstatsError(
+            f"{state.name}: {', '.join(flags)} are for states of neural-lam datastores; "
+            "this state's statistics go to --output FILE.nc"
+        )
 
 
 def update_options(
     base_state: str | Path, dataset: str, only_new: bool = False, **options: Any
 ) -> ComputeOptions:
-    """The ``compute`` options of ``wxstats update``: the state's variables,
-    steps and NaN handling, over every time step of ``dataset`` in the state's
-    split, or with ``only_new`` those after the state's last time (a store
-    appended in place; :meth:`Growth.check` then finds the state's last steps
-    unchanged in it)."""
+    """The ``compute`` options of ``wxstats update``: the state's selection
+    (:func:`_sample_update` for a datastore's samples); for time ranges its
+    variables, steps and NaN handling, over every time step of ``dataset`` in
+    the state's split, or with ``only_new`` those after the state's last time
+    (a store appended in place; :meth:`Growth.check` then finds the state's
+    last steps unchanged in it). The statistics file defaults to the new
+    state's name (else the state's) with ``.stats.nc``."""
     from wxstats.runtime.outputs import open_source
     from wxstats.sources.xarray.timeaxis import fmt_time
 
     state = State.read(str(base_state))
+    _refuse_output_options(state, options)
+    if _neurallam(state):
+        return _sample_update(state, Path(base_state), dataset, **options)
+    if options.get("output") is None and options.get("summary") is None:
+        options["output"] = Path(options.get("state") or base_state).with_suffix(".stats.nc")
     ident = state.identity
     selection = {
         # in the streams' order (the identity's is by name): the outputs' order as before
@@ -56,7 +102,7 @@ def update_options(
     first = 0
     if only_new:
         cov = state.coverage
-        later = np.flatnonzero(Coverage.values_of(times) > cov.last)
+        later = np.flatnonzero(TimeCoverage.values_of(times) > cov.last)
         if later.size == 0:
             raise WxstatsError(
                 f"{dataset}: no time after {state.name}'s last time {cov.label(cov.last)}; "
@@ -69,57 +115,107 @@ def update_options(
     )
 
 
+def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:
+    """``wxstats update`` of a MEPS state: a run over the datastore's samples that
+    are not in the state (:meth:`SampleCoverage.leave_out`), with the state's
+    split and step length, writing neural-lam's files as ``compute`` does."""
+    ident = of.identity
+    return ComputeOptions(
+        dataset=dataset,
+        splits=(ident["split"],),
+        step_length=int(ident["diff_steps"][0]),
+        skipna=bool(ident["skipna"]),
+        base_state=base,
+        **options,
+    )
+
+
 def merge_states(
     paths: list[Path],
     *,
-    output: Path | None,
+    output: Path | None = None,
     summary: Path | None = None,
     state: Path | None = None,
     overwrite: bool = False,
     allow_gap: bool = False,
+    output_dir: Path | None = None,
+    level_weights: dict[str, float] | None = None,
+    min_std: float | None = None,
 ) -> tuple[Stats, list[Path]]:
-    """``wxstats merge``: the statistics (and state) of disjoint states."""
+    """``wxstats merge``: the statistics (and state) of disjoint states; the
+    outputs as ``compute`` writes for their kind of data (module docstring).
+    Everything is refused before any file is made."""
     started = time.time()
-    planned = [Path(p) for p in (output, summary, state) if p is not None]
+    states = _read_states(paths)
+    first = states[0]
+    _refuse_output_options(first, {"output": output, "output_dir": output_dir,
+                                   "level_weights": level_weights, "min_std": min_std})  # fmt: skip
+    if output is None and summary is None and output_dir is None:
+        if state is None:
+            what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"
+            raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
+        if not _neurallam(first):  # beside the state and named after it
+            output = state.with_suffix(".stats.nc")
+    sets = _neurallam_set(first, output_dir, None, level_weights, min_std)
+    planned = [Path(p) for p in (output, summary, state) if p is not None] + list(sets)
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
     prepared = prepare_all(dict.fromkeys(planned), overwrite)
     try:
-        stats, writers = _merged(paths, output, summary, state, allow_gap, started)
+        total = combine(states, allow_gap)
+        stats = state_stats(total)
+        stats.run = {
+            "wxstats_version": __version__,
+            "command": "merge",
+            "states": [str(p) for p in paths],
+            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+            "seconds": round(time.time() - started, 3),
+            "host": socket.gethostname(),
+        }
+        writers = _writers(stats, total, output, summary, state)
+        writers.update(_neurallam_set(first, output_dir, stats, level_weights, min_std))
         prepared.commit(writers)
     finally:
         prepared.discard()  # a refused merge leaves no temporary file or new folder
     return stats, list(writers)
 
 
-def _merged(
-    paths: list[Path],
-    output: Path | None,
-    summary: Path | None,
-    state: Path | None,
-    allow_gap: bool,
-    started: float,
-) -> tuple[Stats, dict[Path, Writer]]:
-    """The merged statistics and the writers of the outputs asked for."""
-    from wxstats.io.formats.netcdf import netcdf_writer
-    from wxstats.io.formats.summary import summary_writer
-
-    states = [State.read(str(p)) for p in paths]
+def _read_states(paths: list[Path]) -> list[State]:
     seen: set[Path] = set()
     for p in paths:
         if Path(p).resolve() in seen:
             raise WxstatsError(f"{p}: named twice; each state may be merged once")
         seen.add(Path(p).resolve())
-    total = combine(states, allow_gap)
-    stats = state_stats(total)
-    stats.run = {
-        "wxstats_version": __version__,
-        "command": "merge",
-        "states": [str(p) for p in paths],
-        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
-        "seconds": round(time.time() - started, 3),
-        "host": socket.gethostname(),
-    }
+    return [State.read(str(p)) for p in paths]
+
+
+def _neurallam_set(
+    state: State,
+    folder: Path | None,
+    stats: Stats | None,
+    level_weights: dict[str, float] | None,
+    min_std: float | None,
+) -> dict[Path, Any]:
+    """neural-lam's files of MEPS states in ``folder`` (none without it); their
+    step, flux stream and levels from the state, as the datastore gave them."""
+    if folder is None:
+        return {}
+    from wxstats.core.stats import MEPS_FLUX
+    from wxstats.runtime.outputs import neurallam_set
+    from wxstats.sources.meps import levels_of
+
+    spec = next(s for s in state.specs if s.diff_steps)
+    step = int(state.identity["diff_steps"][0])
+    levels = levels_of(spec.long_names)
+    return neurallam_set(Path(folder), stats, step, MEPS_FLUX, levels, level_weights, min_std)
+
+
+def _writers(
+    stats: Stats, total: State, output: Path | None, summary: Path | None, state: Path | None
+) -> dict[Path, Writer]:
+    from wxstats.io.formats.netcdf import netcdf_writer
+    from wxstats.io.formats.summary import summary_writer
+
     writers: dict[Path, Writer] = {}
     if output is not None:
         writers[Path(output)] = netcdf_writer(stats)
@@ -127,4 +223,4 @@ def _merged(
         writers[Path(summary)] = summary_writer(stats)
     if state is not None:
         writers[Path(state)] = total.writer()
-    return stats, writers
+    return writers

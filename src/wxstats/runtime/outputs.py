@@ -270,10 +270,17 @@ def meps_static_dir(source: Source) -> Path:
     return source.static_dir / source.split
 
 
-def planned_outputs(
-    source: Source, stats: Stats | None, options: ComputeOptions
+def neurallam_set(
+    static: Path,
+    stats: Stats | None,
+    step: int,
+    flux_name: str,
+    levels: list[str],
+    level_weights: dict[str, float] | None = None,
+    min_std: float | None = None,
 ) -> dict[Path, Writer | None]:
-    """The files a run writes (writers need ``stats``; ``None`` only lists paths)."""
+    """neural-lam's ``static/`` files and ``wxstats_stats.nc`` in ``static`` (of
+    a run over a datastore, or of MEPS states merged: ``wxstats merge``)."""
     from wxstats.io.formats.neurallam import (
         DEFAULT_LEVEL_WEIGHTS,
         NEURALLAM_FILES,
@@ -281,25 +288,27 @@ def planned_outputs(
     )
     from wxstats.io.formats.stored import PT_DTYPE, check_min_std
 
+    check_min_std(min_std, PT_DTYPE, "neural-lam's .pt files")
+    outputs: dict[Path, Writer | None] = {}
+    if stats is None:
+        outputs.update({static / name: None for name in NEURALLAM_FILES})
+    else:
+        weights = level_weights or DEFAULT_LEVEL_WEIGHTS
+        outputs.update(neurallam_outputs(stats, static, step, flux_name, levels, weights, min_std))
+    outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
+    return outputs
+
+
+def planned_outputs(
+    source: Source, stats: Stats | None, options: ComputeOptions
+) -> dict[Path, Writer | None]:
+    """The files a run writes (writers need ``stats``; ``None`` only lists paths)."""
     outputs: dict[Path, Writer | None] = {}
     if source.kind == "npyfilesmeps":
         static = options.output_dir or meps_static_dir(source)
-        check_min_std(options.min_std, PT_DTYPE, "neural-lam's .pt files")
-        if stats is None:
-            outputs.update({static / name: None for name in NEURALLAM_FILES})
-        else:
-            outputs.update(
-                neurallam_outputs(
-                    stats,
-                    static,
-                    source.step_length,
-                    source.streams[1].name,
-                    source.levels(),
-                    options.level_weights or DEFAULT_LEVEL_WEIGHTS,
-                    options.min_std,
-                )
-            )
-        outputs[static / NETCDF_NAME] = netcdf_writer(stats) if stats else None
+        step, flux, levels = source.step_length, source.streams[1].name, source.levels()
+        weights, floor = options.level_weights, options.min_std
+        outputs.update(neurallam_set(static, stats, step, flux, levels, weights, floor))
     elif options.output_format == "graphcast":
         outputs.update(graphcast_set(source, stats, options))
     elif options.output_format == "makani":

@@ -1,14 +1,22 @@
 """What a statistics state is of, and when two states may become one.
 
-A :class:`State` is the exact accumulator of one split of a zarr/netCDF
-dataset over a contiguous time range (:class:`Coverage`), with the identity of
-the data (variables, features,
-units, grid, difference steps, NaN handling) and the first and last
-``max(diff_steps)`` time steps (its *edges*). That is enough to add the data
-of a later range with the same bytes as one run over both: the sums are exact
-integers, every time step is summed on its own with its own reference (the
-summation unit), and the differences across the boundary need only the earlier range's
-tail and the later range's head (:mod:`wxstats.runtime.grow`).
+A :class:`State` is the exact accumulator of one split of some data, with the
+identity of the data (variables, features, units, grid, difference steps, NaN
+handling) and what of it was counted: its *coverage*, which the kind of data
+decides (:data:`COVERAGES`):
+
+* a zarr/netCDF dataset: time ranges (:class:`TimeCoverage`), with the first
+  and last ``max(diff_steps)`` time steps of each (its *edges*), as
+  differences cross from one range into the next;
+* a neural-lam MEPS datastore: a set of samples (:class:`SampleCoverage`), one
+  per analysis time and member file; differences never cross samples, so no
+  edges.
+
+That is enough to add more data with the same bytes as one run over all of
+it: the sums are exact integers, every time step is summed on its own with its
+own reference (the summation unit), and the differences across a boundary of
+time ranges need only the earlier range's tail and the later range's head
+(:mod:`wxstats.runtime.grow`).
 
 The file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
 given meaning, and mismatches are refused in one line that says what differs.
@@ -32,11 +40,12 @@ from wxstats.sources.base import Source
 
 
 @dataclass(frozen=True)
-class Coverage:
-    """The time steps a state covers: ``n`` steps from ``first`` to ``last``
-    (datetimes as int64 nanoseconds), ``step`` apart (None for one step); with
-    gaps (``--allow-gap``), ``ranges`` lists the contiguous ranges as
-    ``[first, last, n]`` (None: one range), so a later merge may fill a gap."""
+class TimeCoverage:
+    """The time steps a state of a zarr/netCDF dataset covers: ``n`` steps
+    from ``first`` to ``last`` (datetimes as int64 nanoseconds), ``step`` apart
+    (None for one step); with gaps (``--allow-gap``), ``ranges`` lists the
+    contiguous ranges as ``[first, last, n]`` (None: one range), so a later
+    merge may fill a gap."""
 
     dtype: str
     first: int | float
@@ -68,8 +77,36 @@ class Coverage:
     def text(self) -> str:
         return f"{self.label(self.first)} to {self.label(self.last)} ({self.n} steps)"
 
+    @property
+    def bounds(self) -> tuple[str, str]:
+        return self.label(self.first), self.label(self.last)
+
+    def split_text(self, split: str) -> str:
+        """The ``splits`` attribute of the statistics of a state."""
+        return f"{split}={self.label(self.first)}/{self.label(self.last)} ({self.n} steps)"
+
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step", "ranges")}
+
+    @staticmethod
+    def of_source(source: Any) -> TimeCoverage:
+        """The time steps of the one split of a run over ``source``."""
+        if len(source.splits) != 1:
+            names = ", ".join(s.name for s in source.splits)
+            raise WxstatsError(
+                f"{source.path}: a state keeps one split, this run has {len(source.splits)} "
+                f"({names}); give one --split"
+            )
+        split = source.splits[0]
+        return TimeCoverage.of_times(source.times[split.start : split.stop], source.path)
+
+    def edges(self, source: Any, reach: int) -> tuple[dict[str, np.ndarray], ...]:
+        """The first and last ``reach`` steps of the run's split (read now)."""
+        split, n = source.splits[0], min(reach, self.n)
+        return source.steps(split.start, split.start + n), source.steps(split.stop - n, split.stop)
+
+    def leave_out(self, source: Any, where: str) -> None:
+        """An update's new time steps are chosen by its split (:func:`update_options`)."""
 
     @staticmethod
     def values_of(times: np.ndarray) -> np.ndarray:
@@ -79,8 +116,8 @@ class Coverage:
         return times
 
     @staticmethod
-    def of_times(times: np.ndarray, where: str) -> Coverage:
-        values = Coverage.values_of(times)
+    def of_times(times: np.ndarray, where: str) -> TimeCoverage:
+        values = TimeCoverage.values_of(times)
         if times.dtype.kind == "M":
             dtype = "datetime64[ns]"
         elif times.dtype.kind in "iuf":
@@ -92,7 +129,76 @@ class Coverage:
             )
         items = [v.item() for v in values]
         step = items[1] - items[0] if len(items) > 1 else None
-        return Coverage(dtype, items[0], items[-1], len(items), step)
+        return TimeCoverage(dtype, items[0], items[-1], len(items), step)
+
+
+@dataclass(frozen=True)
+class SampleCoverage:
+    """The samples a state of a neural-lam MEPS datastore covers: their file
+    names (``nwp_YYYYMMDDHH_mbrNNN.npy``: analysis time and member), sorted.
+    A sample is independent (no difference crosses two), so any disjoint sets
+    join, in any order; a sample counted twice is refused."""
+
+    samples: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", tuple(sorted(self.samples)))
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def bounds(self) -> tuple[str, str]:
+        return self.samples[0], self.samples[-1]
+
+    @property
+    def text(self) -> str:
+        return f"{self.n} samples, {self.samples[0]} to {self.samples[-1]}"
+
+    def split_text(self, split: str) -> str:
+        return f"{split}: {self.text}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples": list(self.samples)}
+
+    @staticmethod
+    def of_source(source: Any) -> SampleCoverage:
+        return SampleCoverage(tuple(source.sample_names))
+
+    def edges(self, source: Any, reach: int) -> tuple[dict[str, np.ndarray], ...]:
+        return {}, {}
+
+    def leave_out(self, source: Any, where: str) -> None:
+        """Drop from ``source`` the samples counted already (an update adds the
+        others); none left is refused."""
+        source.leave_out(set(self.samples))
+        if len(source) == 0:
+            raise WxstatsError(
+                f"{source_name(source)}: every sample of its {source.split} split is in "
+                f"{where} already; nothing to add"
+            )
+
+
+Coverage = TimeCoverage | SampleCoverage
+"""What a state covers; each kind has ``n``, ``text``, ``bounds``, ``split_text``,
+``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
+
+COVERAGES: dict[str, type[TimeCoverage] | type[SampleCoverage]] = {
+    "xarray": TimeCoverage,
+    "npyfilesmeps": SampleCoverage,
+}
+"""What a state of each kind of data covers (a kind not here has no state)."""
+
+NO_STATE = {"anemoi": "an anemoi dataset's statistics are rewritten whole, over its window"}
+"""Why a kind of data has no state."""
+
+
+def coverage_from_json(data: dict[str, Any]) -> Coverage:
+    """A coverage as :meth:`to_json` wrote it (time ranges: as before samples had one)."""
+    if "samples" in data:
+        return SampleCoverage(tuple(data["samples"]))
+    return TimeCoverage(**data)
 
 
 def _plain(value: Any) -> Any:
@@ -197,8 +303,8 @@ class State:
     acc: RunMoments
     head: dict[str, np.ndarray] = field(default_factory=dict)
     tail: dict[str, np.ndarray] = field(default_factory=dict)
-    """Variable -> the first (last) ``min(reach, n)`` steps of each range of the
-    coverage, one after the other."""
+    """Variable -> the first (last) ``min(reach, n)`` steps of each range of a
+    time coverage, one after the other (a sample coverage: none)."""
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     """Variable name -> its grid-point weights (a weighted state, ``--weights``)."""
     datasets: list[list[str]] = field(default_factory=list)
@@ -254,7 +360,7 @@ class State:
             return State(
                 identity=meta["identity"],
                 specs=specs,
-                coverage=Coverage(**meta["coverage"]),
+                coverage=coverage_from_json(meta["coverage"]),
                 acc=acc,
                 head={v: e[0] for v, e in data.edges.items()},
                 tail={v: e[1] for v, e in data.edges.items()},
@@ -277,46 +383,42 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
     return run_identity(source, skipna, who="state")["data"]
 
 
+def source_name(source: Source) -> str:
+    """The data a source reads, for messages and the state's ``datasets``."""
+    return str(getattr(source, "path", None) or getattr(source, "config_path", "dataset"))
+
+
 def state_of_run(source: Any, acc: RunMoments, skipna: bool) -> State:
-    """The state of a finished run over ``source`` (reads its edge time steps)."""
-    split = source.splits[0]
+    """The state of a finished run over ``source`` (reads its edge time steps, if any)."""
     coverage = coverage_of(source)
-    reach = max(source.diff_steps)
-    n = min(reach, coverage.n)
+    identity = identity_of(source, skipna)
+    head, tail = coverage.edges(source, max(identity["diff_steps"]))
     return State(
-        identity=identity_of(source, skipna),
+        identity=identity,
         specs=list(source.streams),
         coverage=coverage,
         acc=acc,
-        head=source.steps(split.start, split.start + n),
-        tail=source.steps(split.stop - n, split.stop),
-        weights={v.name: v.weights for v in source.vars if v.weights is not None},
-        datasets=[[source.path, coverage.label(coverage.first), coverage.label(coverage.last)]],
+        head=head,
+        tail=tail,
+        weights={v.name: v.weights for v in getattr(source, "vars", ()) if v.weights is not None},
+        datasets=[[source_name(source), *coverage.bounds]],
         attrs=dict(source.attrs),
+        path=source_name(source),
     )
 
 
 def check_source(source: Source, what: str) -> None:
-    """A state is of one split of a zarr/netCDF dataset."""
-    if source.kind != "xarray":
-        where = getattr(source, "path", None) or getattr(source, "config_path", "dataset")
-        why = (
-            "an anemoi dataset's statistics are rewritten whole, over its window"
-            if source.kind == "anemoi"
-            else "a neural-lam datastore is summed per sample, not per time step"
-        )
-        raise WxstatsError(f"{where}: {what} is for zarr/netCDF datasets ({why})")
-    if len(source.splits) != 1:
-        names = ", ".join(s.name for s in source.splits)
-        raise WxstatsError(
-            f"{source.path}: {what} keeps one split, this run has {len(source.splits)} ({names}); "
-            "give one --split"
-        )
+    """A state is of one split of a kind of data that has a coverage."""
+    if source.kind not in COVERAGES:
+        why = NO_STATE.get(source.kind, "it has no statistics state")
+        kinds = "zarr/netCDF datasets and neural-lam datastores"
+        raise WxstatsError(f"{source_name(source)}: {what} is for {kinds} ({why})")
+    coverage_of(source)  # now, not after the run: several splits, a cftime axis
 
 
 def coverage_of(source: Source) -> Coverage:
-    split = source.splits[0]
-    return Coverage.of_times(source.times[split.start : split.stop], source.path)
+    """What a run over ``source`` covers, as its kind of data decides."""
+    return COVERAGES[source.kind].of_source(source)
 
 
 def refuse_mismatch(

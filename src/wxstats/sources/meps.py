@@ -55,10 +55,10 @@ def _parse_step_length(value: Any, where: str) -> int:
     raise InputError(f"{where}: step_length {value!r} is not a positive whole number of hours")
 
 
-def _level_of(long_name: str) -> str:
-    """The vertical level of a MEPS long name: its second-last ``_`` field."""
-    parts = long_name.split("_")
-    return parts[-2] if len(parts) >= 2 else ""
+def levels_of(long_names: list[str]) -> list[str]:
+    """The vertical level of each MEPS long name: its second-last ``_`` field
+    (for ``parameter_weights.npy``)."""
+    return [p[-2] if len(p) >= 2 else "" for p in (name.split("_") for name in long_names)]
 
 
 class MepsSource:
@@ -280,6 +280,16 @@ class MepsSource:
             )
 
     @property
+    def sample_names(self) -> list[str]:
+        """The samples' file names: what a statistics state of them lists."""
+        return [s.path.name for s in self.samples]
+
+    def leave_out(self, names: set[str]) -> None:
+        """Read only the samples not named (``wxstats update``: those not yet in
+        the state); called before anything is read or counted."""
+        self.samples = [s for s in self.samples if s.path.name not in names]
+
+    @property
     def sample_shape(self) -> tuple[int, int, int, int]:
         return (self.num_timesteps, *self.grid_shape, self.n_channels)
 
@@ -361,4 +371,4 @@ class MepsSource:
 
     def levels(self) -> list[str]:
         """Vertical level of each variable, for ``parameter_weights.npy``."""
-        return [_level_of(name) for name in self.var_longnames]
+        return levels_of(self.var_longnames)
