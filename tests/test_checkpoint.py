@@ -13,12 +13,12 @@ from distributed_helpers import assert_identical_outputs
 
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
-from wxstats.runtime.checkpoint import Checkpoint
+from wxstats.runtime.checkpoint import FORMAT_VERSION, Checkpoint, Done
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
-from wxstats.runtime.resumable import Resumable
+from wxstats.runtime.resumable import Resumable, plan
 from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
 
@@ -32,6 +32,15 @@ def _payload(variable) -> bytes | list:
 
 def _fingerprint(source, skipna=False):
     return run_identity(source, skipna)
+
+
+def _steps_of(source, indices):
+    """The time steps samples ``indices`` of ``source`` count, as a part records them."""
+    done = Done()
+    for i in indices:
+        for span in source.covers(i).values():
+            done.add(span.unit, span.start, span.stop)  # False: another stream's, the same
+    return done
 
 
 def _stats_bytes(stats):
@@ -52,13 +61,15 @@ def test_resume_with_another_world_size_is_byte_identical(
         mine = list(partition(len(source), rank, first_world))[:2]
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=rank > 0)
-        ck.save(mine, accumulate(source, mine))
+        ck.save(_steps_of(source, mine), accumulate(source, mine))
     # second run: load, share out the rest, merge
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=True)
     done, carried = ck.load(empty_accumulator(source))
-    assert len(done) == 2 * first_world
-    remaining = [i for i in range(len(source)) if i not in done]
+    assert len(done.ranges) == 2 * first_world  # a MEPS part records sample files
+    work = plan(source, done)
+    assert work.skipped == 2 * first_world and not work.partial
+    remaining = work.todo
     total = carried
     for rank in range(second_world):
         total.merge(
@@ -74,13 +85,13 @@ def test_part_files_are_replaced_atomically(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=False)
-    ck.save([0], accumulate(source, [0]))
-    ck.save([0, 1], accumulate(source, [0, 1]))
+    ck.save(_steps_of(source, [0]), accumulate(source, [0]))
+    ck.save(_steps_of(source, [0, 1]), accumulate(source, [0, 1]))
     # a write killed half-way leaves only a hidden temporary file, which is ignored
     (tmp_path / "ck" / f".{ck.part.name}.xyz.tmp").write_bytes(b"half a file")
     assert len(list((tmp_path / "ck").glob("part-*.npz"))) == 1
     done, _ = Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
-    assert done == {0, 1}
+    assert done.ranges == _steps_of(source, [0, 1]).ranges
 
 
 def test_existing_checkpoint_needs_resume(meps_small, tmp_path):
@@ -108,7 +119,7 @@ def test_overlapping_parts_are_refused(meps_small, tmp_path):
     for resume in (False, True):
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=resume)
-        ck.save([3], accumulate(source, [3]))
+        ck.save(_steps_of(source, [3]), accumulate(source, [3]))
     with pytest.raises(WxstatsError, match="two part files"):
         Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
 
@@ -176,12 +187,26 @@ def _compute(config, out, *extra):
     )
 
 
-def _done_in(folder):
-    done = set()
+def _parts_in(folder):
+    """The time steps the parts in ``folder`` hold, read independently of
+    wxstats' reader (each part's ``done``: JSON of ranges by unit)."""
+    done = {}
     for path in folder.glob("part-*.npz"):
         with np.load(path) as part:
-            done.update(part["done"].tolist())
-    return done
+            assert int(part["format"]) == FORMAT_VERSION
+            for unit, ranges in json.loads(part["done"].tobytes().decode()).items():
+                done.setdefault(unit, []).extend(tuple(r) for r in ranges)
+    return {unit: sorted(ranges) for unit, ranges in done.items()}
+
+
+def _done_in(folder, config):
+    """The samples of the MEPS datastore ``config`` that the parts hold: its
+    parts record each sample's file, all of its steps."""
+    parts = _parts_in(folder)
+    samples = MepsSource(config).samples
+    steps = MepsSource(config).num_timesteps
+    assert all(parts[s.path.name] == [(0, steps)] for s in samples if s.path.name in parts)
+    return {i for i, s in enumerate(samples) if s.path.name in parts}
 
 
 def _signal_at(monkeypatch, cls, index, signum):
@@ -209,7 +234,8 @@ def test_a_signal_saves_then_stops_and_the_resumed_run_is_identical(
     )
     err = capsys.readouterr().err
     assert f"interrupted by {signal.Signals(signum).name}" in err and "--resume" in err
-    assert _done_in(ck) == {0, 1, 2, 3, 4}  # the sample being read when it came, then stopped
+    # the sample being read when it came, then stopped
+    assert _done_in(ck, meps_copy) == {0, 1, 2, 3, 4}
     assert not out.exists() or not any(out.iterdir())
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers given back
     monkeypatch.undo()
@@ -236,7 +262,7 @@ def test_a_failed_run_saves_its_progress_and_resumes(
     assert _compute(meps_copy, out, *args) == 2
     err = capsys.readouterr().err
     assert "Input/output error" in err and "rerun the same command with --resume" in err
-    assert _done_in(ck) == set(range(6))
+    assert _done_in(ck, meps_copy) == set(range(6))
     monkeypatch.undo()
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 0
     assert_identical_outputs(clean, out)
@@ -321,7 +347,7 @@ def test_a_damaged_manifest_is_one_line_saying_what_to_do(meps_copy, tmp_path, c
 def test_resuming_a_finished_checkpoint_writes_the_same_result(meps_copy, tmp_path):
     first, again, ck = tmp_path / "first", tmp_path / "again", tmp_path / "ck"
     assert _compute(meps_copy, first, "--checkpoint", str(ck), "--checkpoint-interval", "0") == 0
-    assert _done_in(ck) == set(range(10))
+    assert _done_in(ck, meps_copy) == set(range(10))
     assert _compute(meps_copy, again, "--checkpoint", str(ck), "--resume") == 0
     assert_identical_outputs(first, again)
 
@@ -345,7 +371,7 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
     ]
     _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
     assert main(resumed) == 143
-    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert _parts_in(tmp_path / "ck") == {"train": [(0, 12)]}
     monkeypatch.undo()
     assert main([*resumed, "--resume"]) == 0
     assert "interrupted by SIGTERM" in capsys.readouterr().err
@@ -375,7 +401,7 @@ def _killed_zarr_run(tmp_path, monkeypatch, zarr_format):
     _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
     assert main(args) == 143
     monkeypatch.undo()
-    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert _parts_in(tmp_path / "ck") == {"train": [(0, 12)]}
     return store, [*args, "--resume"], tmp_path / "clean.nc"
 
 
@@ -452,7 +478,7 @@ def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path
         os.kill(os.getpid(), signal.SIGTERM)
         run.finish()
     assert info.value.code == 143
-    assert _done_in(tmp_path / "ck") == {0, 1}
+    assert _done_in(tmp_path / "ck", meps_small) == {0, 1}
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -486,9 +512,9 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
     assert stuck.wait(30)
     with run.merging:  # as if a merge were under way: nothing is saved
         words = run.save_if_consistent(wait=0.1)
-    assert "lost" in words and _done_in(tmp_path / "ck") == set()
+    assert "lost" in words and _done_in(tmp_path / "ck", meps_small) == set()
     words = run.save_if_consistent(wait=1.0)
-    assert "saved" in words and _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert "saved" in words and _done_in(tmp_path / "ck", meps_small) == {0, 1, 2}
     release.set()
     worker.join(30)
 
@@ -518,7 +544,7 @@ def test_resume_refuses_other_channels_or_config(meps_copy, tmp_path, monkeypatc
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
     assert "(datastore config file content: " in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
-    assert _done_in(ck) == {0, 1, 2, 3, 4}
+    assert _done_in(ck, meps_copy) == {0, 1, 2, 3, 4}
 
 
 def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys):

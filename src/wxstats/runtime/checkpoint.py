@@ -1,17 +1,22 @@
 """Durable partial results, so a killed run resumes without redoing its work.
 
 Every rank keeps one part file ``part-<unique id>.npz`` in the checkpoint
-folder: the indices of the samples it has finished and the exact accumulator
-of exactly those samples (packed int64/float64 arrays). Files are replaced
-atomically (temporary file, fsync, rename), so a kill at any moment, even
-during a write, leaves the previous version. Sums are exact, so the union of
-the part files of any earlier runs, whatever their number of ranks, plus the
-remaining samples gives the same bytes as an uninterrupted run.
+folder: the time steps it has summed (:class:`Done`: by split, ranges of time
+indices whose values and the differences ending at them are in the part; a
+MEPS datastore's by sample file, see :meth:`~wxstats.sources.base.Source.covers`)
+and the exact accumulator of exactly those steps (packed int64/float64 arrays).
+Files are replaced atomically (temporary file, fsync, rename), so a kill at
+any moment, even during a write, leaves the previous version. Every time step
+is summed on its own with its own reference, so the union of the part files of
+any earlier runs, whatever their number of ranks, threads or block size, plus
+the remaining steps gives the same bytes as an uninterrupted run.
 
-``manifest.json`` records what the checkpoint is of: the whole run identity
-(:mod:`wxstats.runtime.identity`: options, grid, time steps and samples,
-files with sizes and modification times). Resuming against anything else is
-refused in one line naming the first difference.
+``manifest.json`` records what the checkpoint is of: the run identity that a
+checkpoint compares (:mod:`wxstats.runtime.identity`: options, grid, time
+steps, files with sizes and modification times; not the samples nor the
+wxstats version). Resuming against anything else is refused in one line
+naming the first difference; so is a folder or a part of another
+:data:`FORMAT_VERSION`.
 
 How a run uses the folder is :mod:`wxstats.runtime.resumable`.
 """
@@ -33,8 +38,9 @@ from wxstats.io.atomic import write_all
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2
-"""Of the manifest (1: before the run's identity held a MEPS config and the grid)."""
+FORMAT_VERSION = 3
+"""Of the manifest and the parts (1: before the run's identity held a MEPS
+config and the grid; 2: parts recorded sample indices, not time steps)."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -45,6 +51,78 @@ def _contents(folder: Path) -> list[str]:
         for p in folder.iterdir()
         if not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
     )
+
+
+class Done:
+    """Time steps summed, by unit (a split, ``<split> (no time)``, a MEPS sample
+    file: :class:`~wxstats.sources.base.SampleSteps`): sorted, disjoint
+    ``[start, stop)`` ranges of absolute time indices."""
+
+    def __init__(self, ranges: dict[str, list[tuple[int, int]]] | None = None) -> None:
+        self.ranges: dict[str, list[tuple[int, int]]] = {}
+        for unit, spans in (ranges or {}).items():
+            for a, b in spans:
+                self.add(unit, a, b)
+
+    def add(self, unit: str, start: int, stop: int) -> bool:
+        """Record ``[start, stop)``; False (and nothing recorded) when a step of it
+        is recorded already."""
+        if start >= stop:
+            return True
+        spans = self.ranges.setdefault(unit, [])
+        if any(a < stop and start < b for a, b in spans):
+            return False
+        spans.append((int(start), int(stop)))
+        spans.sort()
+        joined = [spans[0]]
+        for a, b in spans[1:]:
+            if a == joined[-1][1]:
+                joined[-1] = (joined[-1][0], b)
+            else:
+                joined.append((a, b))
+        self.ranges[unit] = joined
+        return True
+
+    def update(self, other: Done) -> list[str]:
+        """Add ``other``; the units it shares steps with (those steps not added)."""
+        both = []
+        for unit, spans in other.ranges.items():
+            if not all([self.add(unit, a, b) for a, b in spans]):
+                both.append(unit)
+        return both
+
+    def missing(self, unit: str, start: int, stop: int) -> list[tuple[int, int]]:
+        """The ranges of ``[start, stop)`` not recorded."""
+        out, at = [], start
+        for a, b in self.ranges.get(unit, []):
+            if b <= at or a >= stop:
+                continue
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        if at < stop:
+            out.append((at, stop))
+        return out
+
+    def __len__(self) -> int:
+        """The number of steps recorded."""
+        return sum(b - a for spans in self.ranges.values() for a, b in spans)
+
+    def to_json(self) -> str:
+        return json.dumps({u: [list(r) for r in s] for u, s in sorted(self.ranges.items())})
+
+    @staticmethod
+    def from_json(text: str) -> Done:
+        """Refuses (ValueError) what is not a mapping of units to ranges."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a mapping")
+        done = Done()
+        for unit, spans in data.items():
+            for a, b in spans:
+                if not (isinstance(a, int) and isinstance(b, int)) or not done.add(unit, a, b):
+                    raise ValueError(f"bad ranges of {unit}")
+        return done
 
 
 class Checkpoint:
@@ -139,29 +217,36 @@ class Checkpoint:
             )
 
     # -- reading what earlier runs did ------------------------------------
-    def load(self, template: RunMoments) -> tuple[set[int], RunMoments]:
-        """(finished sample indices, their exact accumulator) of all part files.
+    def load(self, template: RunMoments) -> tuple[Done, RunMoments]:
+        """(the time steps summed, their exact accumulator) of all part files.
 
         ``template`` is an empty accumulator giving the layout; it is filled.
         """
-        done: set[int] = set()
+        done = Done()
         for path in sorted(self.directory.glob("part-*.npz")):
             try:
                 # our own file object: np.load leaks the one it opens when the zip is bad
                 with open(path, "rb") as f, np.load(f, allow_pickle=False) as part:
-                    indices = part["done"].astype(np.int64).tolist()
-                    ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
+                    version = int(part["format"]) if "format" in part.files else None
+                    if version == FORMAT_VERSION:
+                        steps = Done.from_json(part["done"].tobytes().decode())
+                        ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
             except OSError as exc:  # not damage: permissions, an I/O error
                 raise WxstatsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-            except (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
+            except (ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile, zlib.error):
                 raise self._damaged(path, "not a complete part file") from None
-            overlap = done.intersection(indices)
+            if version != FORMAT_VERSION:
+                raise WxstatsError(
+                    f"{path}: a checkpoint part of another format ({version or 'sample indices'}"
+                    f", this wxstats reads {FORMAT_VERSION}); remove the folder {self.directory} "
+                    "and rerun without --resume to start afresh"
+                )
+            overlap = done.update(steps)
             if overlap:
                 raise WxstatsError(
-                    f"{path}: samples {sorted(overlap)[:5]} are in two part files; "
+                    f"{path}: time steps of {', '.join(overlap[:3])} are in two part files; "
                     "the checkpoint is inconsistent, remove the folder and start afresh"
                 )
-            done.update(indices)
             piece = template.empty_like()
             try:
                 piece.unpack_like(ints, minimum, maximum)
@@ -172,7 +257,7 @@ class Checkpoint:
 
     def _damaged(self, path: Path, why: str) -> WxstatsError:
         """One line: which part is damaged, and the two ways on (each part holds
-        its own samples and their sums, so removing one part redoes only those)."""
+        its own time steps and their sums, so removing one part redoes only those)."""
         return WxstatsError(
             f"{path}: the checkpoint is damaged ({why}); remove this file to redo only its "
             f"samples, or remove the folder {self.directory} and rerun without --resume "
@@ -180,13 +265,20 @@ class Checkpoint:
         )
 
     # -- saving this rank's progress --------------------------------------
-    def save(self, done: list[int], acc: RunMoments) -> None:
+    def save(self, done: Done, acc: RunMoments) -> None:
         """Atomically replace this rank's part file with its current state."""
         ints, minimum, maximum = acc.pack()
-        indices = np.array(sorted(done), dtype=np.int64)
+        steps = np.frombuffer(done.to_json().encode(), dtype=np.uint8)
 
         def write(path: Path) -> None:
             with open(path, "wb") as f:
-                np.savez(f, done=indices, ints=ints, minimum=minimum, maximum=maximum)
+                np.savez(
+                    f,
+                    format=np.int64(FORMAT_VERSION),
+                    done=steps,
+                    ints=ints,
+                    minimum=minimum,
+                    maximum=maximum,
+                )
 
         write_all({self.part: write}, overwrite=True)
