@@ -557,3 +557,198 @@ def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint written by another wxstats (manifest format 1" in err[0]
     assert "start afresh" in err[0]
+
+
+# -- resuming with another block size, thread count, world size or wxstats version --------
+
+SPLITS = {"train": (0, 24), "val": (24, 36), "mid": (18, 30)}  # steps of mdp_store's hours
+SPLIT_ARGS = [
+    "--split", "train=2021-01-01T00/2021-01-01T23",
+    "--split", "val=2021-01-02T00/2021-01-02T11",
+    "--split", "mid=2021-01-01T18/2021-01-02T05",  # overlaps both: its steps are its own
+]  # fmt: skip
+STEP_BYTES = 20 * 4 * 4  # a step of mdp_store: 20 grid points, 3 + 1 float32 features
+
+
+def _block_mb(steps: int) -> str:
+    """``--block-mb`` giving blocks of ``steps`` one-step chunks."""
+    return f"{(steps + 0.5) * STEP_BYTES / 2**20:.10f}"
+
+
+def _mdp(tmp_path):
+    from gridded_data import mdp_store
+
+    store = tmp_path / "m.zarr"
+    truth = mdp_store(store)
+    base = ["compute", str(store), *SPLIT_ARGS, "--quiet"]
+    return store, truth, base
+
+
+def _blocks(store, steps):
+    source = open_source(ComputeOptions(dataset=str(store), block_mb=float(_block_mb(steps))))
+    return [(b.start, b.stop) for b in source.blocks]
+
+
+def _assert_matches_reference(summary, truth):
+    """Every split's statistics in the summary against a float64 two-pass reference."""
+    from gridded_data import reference
+
+    from reference import assert_close
+
+    data = json.loads(summary.read_text())
+    for split, (a, b) in SPLITS.items():
+        entry = data["splits"][split]
+        state = reference(truth["state"][a:b], 0, b - a, (1,))
+        forcing = reference(truth["forcing"][a:b], 0, b - a, (1,))
+        static = reference(truth["static"], 0, 1, ())
+        flux = entry["forcing"]["toa_radiation"]
+        assert entry["state"]["count"] == state["count"].tolist(), split
+        assert entry["diff"]["1"]["count"] == state["diff"][1]["count"].tolist(), split
+        for key in ("mean", "std"):
+            what = f"{split} {key}"
+            assert_close(entry["state"][key], state[key], 1e-10, what)
+            assert_close(entry["diff"]["1"][key], state["diff"][1][key], 1e-10, what)
+            assert_close(flux[key], forcing[key][0], 1e-10, what)
+            assert_close(flux["diff"]["1"][key], forcing["diff"][1][key][0], 1e-10, what)
+            for f, name in enumerate(("orography", "lsm")):
+                assert_close(entry["static"][name][key], static[key][f], 1e-10, what)
+
+
+def _killed_mdp_run(tmp_path, monkeypatch):
+    """An mdp_store run in blocks of 5 steps stopped by SIGTERM after 3 blocks
+    (steps 0..14); (truth, resume args without --block-mb, clean output folder)."""
+    from wxstats.sources.xarray import XarraySource
+
+    store, truth, base = _mdp(tmp_path)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    run = ["--output", "{}/o.nc", "--summary", "{}/s.json"]
+    assert main([*base, "--threads", "1", *[a.format(clean) for a in run]]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [*base, *[a.format(out) for a in run], "--checkpoint", str(tmp_path / "ck")]
+    assert _blocks(store, 5)[:4] == [(0, 5), (5, 10), (10, 15), (15, 20)]
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main([*args, "--threads", "1", "--block-mb", _block_mb(5)]) == 143
+    monkeypatch.undo()
+    # the steps of each split in blocks 0..2, and the values without time (block 0)
+    assert _parts_in(tmp_path / "ck") == {
+        "train": [(0, 15)], "train (no time)": [(0, 1)],
+        "val (no time)": [(0, 1)], "mid (no time)": [(0, 1)],
+    }  # fmt: skip
+    return truth, [*args, "--resume"], clean, out
+
+
+def _assert_same_files(clean, out):
+    with netCDF4.Dataset(clean / "o.nc") as a, netCDF4.Dataset(out / "o.nc") as b:
+        assert sorted(a.variables) == sorted(b.variables)
+        for name in a.variables:
+            assert _payload(a[name]) == _payload(b[name]), name
+    x, y = (json.loads((d / "s.json").read_text()) for d in (clean, out))
+    for d in (x, y, *x["splits"].values(), *y["splits"].values()):
+        d.pop("run", None)  # when, where, how many samples
+    assert x == y
+
+
+@pytest.mark.parametrize("steps,threads", [(3, "1"), (11, "3"), (2, "2")])
+def test_resume_with_another_block_size_or_threads_is_byte_identical(
+    tmp_path, monkeypatch, steps, threads
+):
+    """Killed in blocks of 5 steps; resumed in blocks of 3 (the block of steps
+    15..17 is new and whole; 12..14 is done), 11 (the block of 11..21 is partly
+    done: only 15..21 are summed) or 2 (14..15: a block half done), with other
+    thread counts: the bytes of an uninterrupted run, the reference's numbers."""
+    truth, resume, clean, out = _killed_mdp_run(tmp_path, monkeypatch)
+    assert main([*resume, "--block-mb", _block_mb(steps), "--threads", threads]) == 0
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
+
+
+def test_a_block_partly_done_in_two_places_is_summed_in_two_pieces(tmp_path):
+    """Two ranks each stopped after their first block of 5 steps (0..4 and
+    10..14); the resume has one block of all steps: its train steps are summed
+    in two pieces (5..9, 15..23), the values without time not again."""
+    store, truth, base = _mdp(tmp_path)
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    run = ["--output", "{}/o.nc", "--summary", "{}/s.json"]
+    for folder in (clean, out):
+        folder.mkdir()
+    assert main([*base, "--threads", "1", *[a.format(clean) for a in run]]) == 0
+    splits = tuple(SPLIT_ARGS[1::2])
+    source = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(5))))
+    for resume, index in ((False, 0), (True, 2)):
+        part = Checkpoint(ck, _fingerprint(source))
+        part.prepare(resume=resume)
+        part.save(_steps_of(source, [index]), accumulate(source, [index]))
+    whole = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(40))))
+    assert len(whole) == 1
+    done, _ = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole))
+    assert plan(whole, done).partial == {
+        0: {"train": [(5, 10), (15, 24)], "val": [(24, 36)], "mid": [(18, 30)]}
+    }
+    resume = [*base, *[a.format(out) for a in run], "--checkpoint", str(ck), "--resume"]
+    assert main([*resume, "--threads", "2", "--block-mb", _block_mb(40)]) == 0
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
+
+
+def _newer_wxstats(monkeypatch):
+    """As if wxstats had been upgraded between the two runs (the same checkpoint format)."""
+    import wxstats
+    import wxstats.runtime.identity
+    import wxstats.runtime.run
+
+    for module in (wxstats, wxstats.runtime.identity, wxstats.runtime.run):
+        monkeypatch.setattr(module, "__version__", "99.0.0")
+
+
+def test_resume_with_a_newer_wxstats_and_more_threads(meps_copy, tmp_path, monkeypatch):
+    from reference import assert_close, meps_reference
+
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, clean) == 0
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    _newer_wxstats(monkeypatch)
+    resumed = ["--checkpoint", str(ck), "--resume", "--threads", "3"]
+    assert _compute(meps_copy, out, *resumed) == 0
+    assert_identical_outputs(clean, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["resumed_samples"] == 5 and summary["run"]["wxstats_version"] == "99.0.0"
+    ref = meps_reference(meps_copy)
+    assert_close(summary["state"]["mean"], ref["mean"], 1e-10, "mean")
+    assert_close(summary["state"]["std"], ref["std"], 1e-10, "std")
+    assert_close(summary["diff"]["3"]["std"], ref["diff_std"], 1e-10, "diff std")
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, capsys, version):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    (part,) = ck.glob("part-*.npz")
+    with np.load(part) as old:
+        arrays = {k: old[k] for k in ("ints", "minimum", "maximum")}
+    with open(part, "wb") as f:
+        if version == 2:  # as wxstats wrote it before: sample indices, no format
+            np.savez(f, done=np.arange(5, dtype=np.int64), **arrays)
+        else:
+            np.savez(f, format=np.int64(version), done=np.zeros(3, np.uint8), **arrays)
+    capsys.readouterr()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{part}: a checkpoint part of another format" in err and "start afresh" in err, err
+
+
+@pytest.mark.slow
+def test_resume_on_two_ranks_with_another_block_size(tmp_path, monkeypatch):
+    from distributed_helpers import run, wxstats_cmd
+
+    truth, resume, clean, out = _killed_mdp_run(tmp_path, monkeypatch)
+    result = run(wxstats_cmd(*resume, "--block-mb", _block_mb(11), "--nproc", "2"))
+    assert result.returncode == 0, result.stderr
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
