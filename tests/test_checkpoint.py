@@ -752,3 +752,67 @@ def test_resume_on_two_ranks_with_another_block_size(tmp_path, monkeypatch):
     assert result.returncode == 0, result.stderr
     _assert_same_files(clean, out)
     _assert_matches_reference(out / "s.json", truth)
+
+
+def _latitude_store(path):
+    """24 six-hourly steps on a small latitude/longitude grid, one step per chunk."""
+    import pandas as pd
+    import xarray as xr
+
+    rng = np.random.default_rng(11)
+    lats = np.linspace(80.0, -80.0, 5)
+    t2m = 250 + 40 * np.cos(np.deg2rad(lats))[None, :, None] + 3 * rng.standard_normal((24, 5, 6))
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), t2m.astype(np.float32), {"units": "K"})},
+        coords={
+            "time": pd.date_range("2020-01-01", periods=24, freq="6h"),
+            "lat": ("lat", lats, {"units": "degrees_north"}),
+            "lon": np.arange(6) * 60.0,
+        },
+    )
+    ds.to_zarr(path, mode="w", encoding={"t2m": {"chunks": (1, 5, 6)}}, consolidated=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--format", "makani"],  # weighted by cos(latitude), time means per grid point
+        ["--by", "hour", "--weights", "coslat", "--diff-steps", "1,2", "--output", "{}/o.nc"],
+    ],
+)
+def test_resume_with_another_block_size_keeps_weights_time_means_and_groups(
+    tmp_path, monkeypatch, options
+):
+    from wxstats.sources.xarray import XarraySource
+
+    store = _latitude_store(tmp_path / "era.zarr")
+    step = 5 * 6 * 4  # bytes of a step of t2m
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+
+    def args(folder, steps):
+        mb = f"{(steps + 0.5) * step / 2**20:.10f}"
+        where = [a.format(folder) for a in options] + ["--output-dir", str(folder)]
+        return ["compute", str(store), "--quiet", "--block-mb", mb, *where]
+
+    for folder in (clean, out):
+        folder.mkdir()
+    assert main([*args(clean, 24), "--threads", "1"]) == 0
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main([*args(out, 5), "--checkpoint", str(ck), "--threads", "1"]) == 143
+    monkeypatch.undo()
+    assert _parts_in(ck)["train"] == [(0, 15)]
+    # blocks of 7 steps: the one of steps 14..20 is summed over 15..20 only
+    assert main([*args(out, 7), "--checkpoint", str(ck), "--resume", "--threads", "2"]) == 0
+    written = sorted(p.name for p in clean.iterdir())
+    assert written == sorted(p.name for p in out.iterdir()) and written
+    for name in written:
+        if name.endswith(".nc"):
+            with netCDF4.Dataset(clean / name) as a, netCDF4.Dataset(out / name) as b:
+                for var in a.variables:
+                    assert _payload(a[var]) == _payload(b[var]), (name, var)
+        elif name.endswith(".json"):  # all but the run's description
+            a, b = (json.loads((d / name).read_text()) for d in (clean, out))
+            assert a.pop("run") != b.pop("run") and a == b, name
+        else:
+            assert (clean / name).read_bytes() == (out / name).read_bytes(), name
