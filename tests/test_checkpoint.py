@@ -816,3 +816,33 @@ def test_resume_with_another_block_size_keeps_weights_time_means_and_groups(
             assert a.pop("run") != b.pop("run") and a == b, name
         else:
             assert (clean / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_anemoi_resume_with_another_block_size(tmp_path, monkeypatch):
+    from test_anemoi import assert_matches, make_dataset, reference, stored
+
+    from wxstats.sources.anemoi import AnemoiSource
+
+    path = tmp_path / "an.zarr"
+    data = make_dataset(path)  # 23 six-hourly dates, one per chunk; window: dates 0..17
+    step = 3 * 2 * 30 * 4  # bytes of a date
+
+    def args(out, steps, *extra):
+        mb = f"{(steps + 0.5) * step / 2**20:.10f}"
+        return ["compute", str(path), "--format", "anemoi", "--output", str(out), "--quiet",
+                "--diff-steps", "1,3", "--block-mb", mb, *extra]  # fmt: skip
+
+    clean, out, ck = tmp_path / "clean.zarr", tmp_path / "out.zarr", tmp_path / "ck"
+    assert main(args(clean, 18, "--threads", "1")) == 0
+    _signal_at(monkeypatch, AnemoiSource, 2, signal.SIGTERM)
+    assert main(args(out, 4, "--checkpoint", str(ck), "--threads", "1")) == 143
+    monkeypatch.undo()
+    assert _parts_in(ck) == {"train": [(0, 12)]}
+    # blocks of 7 dates: the one of dates 7..13 is summed over 12..13 only
+    assert main(args(out, 7, "--checkpoint", str(ck), "--resume", "--threads", "2")) == 0
+    got = stored(out)
+    assert {k: v.tobytes() for k, v in got.items()} == {
+        k: v.tobytes() for k, v in stored(clean).items()
+    }
+    assert_matches(got, reference(data, 0, 18))
+    assert_matches(got, reference(data, 0, 18, 3), "statistics_tendencies_18h_")
