@@ -89,7 +89,7 @@ def test_part_files_are_replaced_atomically(meps_small, tmp_path):
     ck.save(_steps_of(source, [0, 1]), accumulate(source, [0, 1]))
     # a write killed half-way leaves only a hidden temporary file, which is ignored
     (tmp_path / "ck" / f".{ck.part.name}.xyz.tmp").write_bytes(b"half a file")
-    assert len(list((tmp_path / "ck").glob("part-*.npz"))) == 1
+    assert len(list((tmp_path / "ck").glob("part-*.wxstate"))) == 1
     done, _ = Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
     assert done.ranges == _steps_of(source, [0, 1]).ranges
 
@@ -189,13 +189,15 @@ def _compute(config, out, *extra):
 
 def _parts_in(folder):
     """The time steps the parts in ``folder`` hold, read independently of
-    wxstats' reader (each part's ``done``: JSON of ranges by unit)."""
+    wxstats' reader (netCDF, each part's ``meta``: JSON with ``done``, ranges by unit)."""
     done = {}
-    for path in folder.glob("part-*.npz"):
-        with np.load(path) as part:
-            assert int(part["format"]) == FORMAT_VERSION
-            for unit, ranges in json.loads(part["done"].tobytes().decode()).items():
-                done.setdefault(unit, []).extend(tuple(r) for r in ranges)
+    for path in folder.glob("part-*"):
+        with netCDF4.Dataset(path) as nc:
+            assert nc.getncattr("wxstats_state_format") == "wxstats-state"
+            meta = json.loads(nc.getncattr("meta"))
+        assert meta["checkpoint_part"] == FORMAT_VERSION
+        for unit, ranges in meta["done"].items():
+            done.setdefault(unit, []).extend(tuple(r) for r in ranges)
     return {unit: sorted(ranges) for unit, ranges in done.items()}
 
 
@@ -301,10 +303,10 @@ def _corrupt(path, how):
     data = path.read_bytes()
     path.write_bytes(
         {
-            "garbage": b"\x80\x04 not a zip file at all" * 4,  # np.load took it for a pickle
+            "garbage": b"\x80\x04 not a netCDF file at all" * 4,
             "empty": b"",
             "truncated": data[: len(data) // 2],
-            "flipped": data[:80] + bytes([data[80] ^ 0xFF]) + data[81:],  # inside done.npy
+            "flipped": data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:],  # in the sums
         }[how]
     )
 
@@ -318,7 +320,7 @@ def test_a_damaged_part_is_one_line_saying_what_to_do(
     _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
     assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
     monkeypatch.undo()
-    (part,) = ck.glob("part-*.npz")
+    (part,) = ck.glob("part-*")
     _corrupt(part, how)
     capsys.readouterr()
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
@@ -722,20 +724,28 @@ def test_resume_with_a_newer_wxstats_and_more_threads(meps_copy, tmp_path, monke
     assert_close(summary["diff"]["3"]["std"], ref["diff_std"], 1e-10, "diff std")
 
 
-@pytest.mark.parametrize("version", [2, 4])
-def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, capsys, version):
+@pytest.mark.parametrize("other", ["npz", "state format 4", "part format 4"])
+def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, capsys, other):
+    from wxstats.io.formats.wxstate import read_state_file, state_writer
+
     out, ck = tmp_path / "out", tmp_path / "ck"
     _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
     assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
     monkeypatch.undo()
-    (part,) = ck.glob("part-*.npz")
-    with np.load(part) as old:
-        arrays = {k: old[k] for k in ("ints", "minimum", "maximum")}
-    with open(part, "wb") as f:
-        if version == 2:  # as wxstats wrote it before: sample indices, no format
-            np.savez(f, done=np.arange(5, dtype=np.int64), **arrays)
-        else:
-            np.savez(f, format=np.int64(version), done=np.zeros(3, np.uint8), **arrays)
+    (part,) = ck.glob("part-*.wxstate")
+    if other == "npz":  # as wxstats wrote parts before: sample indices in an .npz
+        old = part.with_suffix(".npz")
+        with open(old, "wb") as f:
+            np.savez(f, done=np.arange(5, dtype=np.int64), ints=np.zeros(3, np.int64))
+        part.unlink()
+        part = old
+    elif other == "state format 4":  # a codec this wxstats does not read
+        with netCDF4.Dataset(part, "a") as nc:
+            nc.setncattr("wxstats_state_version", np.int32(4))
+    else:  # the codec, but a part layout this wxstats does not read
+        state = read_state_file(part)
+        state.meta["checkpoint_part"] = FORMAT_VERSION + 1
+        state_writer(state, "99")(part)
     capsys.readouterr()
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
     err = capsys.readouterr().err

@@ -1,10 +1,13 @@
 """Durable partial results, so a killed run resumes without redoing its work.
 
-Every rank keeps one part file ``part-<unique id>.npz`` in the checkpoint
-folder: the time steps it has summed (:class:`Done`: by split, ranges of time
-indices whose values and the differences ending at them are in the part; a
-MEPS datastore's by sample file, see :meth:`~wxstats.sources.base.Source.covers`)
-and the exact accumulator of exactly those steps (packed int64/float64 arrays).
+Every rank keeps one part file ``part-<unique id>.wxstate`` in the checkpoint
+folder, in the state file's codec (:mod:`wxstats.io.formats.wxstate`: netCDF
+with a format version and a checksum): the time steps it has summed
+(:class:`Done`: by split, ranges of time indices whose values and the
+differences ending at them are in the part; a MEPS datastore's by sample file,
+see :meth:`~wxstats.sources.base.Source.covers`) and the exact accumulator of
+exactly those steps (packed int64/float64 arrays; ``meta`` holds
+``checkpoint_part``, :data:`FORMAT_VERSION`, and ``done``).
 Files are replaced atomically (temporary file, fsync, rename), so a kill at
 any moment, even during a write, leaves the previous version. Every time step
 is summed on its own with its own reference, so the union of the part files of
@@ -25,22 +28,24 @@ from __future__ import annotations
 
 import json
 import uuid
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.io.atomic import write_all
+from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 3
 """Of the manifest and the parts (1: before the run's identity held a MEPS
-config and the grid; 2: parts recorded sample indices, not time steps)."""
+config and the grid; 2: parts recorded sample indices, not time steps, in
+``.npz`` files)."""
+PART = "part-{}.wxstate"
+OLD_PARTS = "part-*.npz"
+"""Parts of format 2 and before: refused, naming the format."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -131,7 +136,7 @@ class Checkpoint:
     def __init__(self, directory: str | Path, identity: dict[str, Any]) -> None:
         self.directory = Path(directory)
         self.fingerprint = {"format": FORMAT_VERSION, **json.loads(json.dumps(identity))}
-        self.part = self.directory / f"part-{uuid.uuid4().hex}.npz"
+        self.part = self.directory / PART.format(uuid.uuid4().hex)
 
     # -- set-up (rank 0 first, then every rank) ----------------------------
     def prepare(self, resume: bool) -> None:
@@ -169,7 +174,7 @@ class Checkpoint:
                     f"{self.directory}: checkpoint folder does not exist, nothing to resume; "
                     "check the path, or run without --resume to start afresh"
                 )
-            if any(self.directory.glob("part-*.npz")):
+            if any(self.directory.glob("part-*")):
                 raise WxstatsError(
                     f"{self.directory}: part files without {MANIFEST}; cannot resume, "
                     "remove the folder and start afresh without --resume"
@@ -223,24 +228,22 @@ class Checkpoint:
         ``template`` is an empty accumulator giving the layout; it is filled.
         """
         done = Done()
-        for path in sorted(self.directory.glob("part-*.npz")):
+        for path in sorted(self.directory.glob(OLD_PARTS)):
+            raise self._other_format(path, "sample indices in .npz")
+        for path in sorted(self.directory.glob(PART.format("*"))):
             try:
-                # our own file object: np.load leaks the one it opens when the zip is bad
-                with open(path, "rb") as f, np.load(f, allow_pickle=False) as part:
-                    version = int(part["format"]) if "format" in part.files else None
-                    if version == FORMAT_VERSION:
-                        steps = Done.from_json(part["done"].tobytes().decode())
-                        ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
-            except OSError as exc:  # not damage: permissions, an I/O error
-                raise WxstatsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-            except (ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile, zlib.error):
-                raise self._damaged(path, "not a complete part file") from None
+                part = read_state_file(path)
+            except StateFileError as exc:
+                if exc.version is not None:
+                    raise self._other_format(path, f"state format {exc.version}") from None
+                raise self._damaged(path, exc.why) from None
+            version = part.meta.get("checkpoint_part") if isinstance(part.meta, dict) else None
             if version != FORMAT_VERSION:
-                raise WxstatsError(
-                    f"{path}: a checkpoint part of another format ({version or 'sample indices'}"
-                    f", this wxstats reads {FORMAT_VERSION}); remove the folder {self.directory} "
-                    "and rerun without --resume to start afresh"
-                )
+                raise self._other_format(path, f"{version or 'not a checkpoint part'}")
+            try:
+                steps = Done.from_json(json.dumps(part.meta["done"]))
+            except (KeyError, ValueError, TypeError):
+                raise self._damaged(path, "its time steps are unreadable") from None
             overlap = done.update(steps)
             if overlap:
                 raise WxstatsError(
@@ -249,11 +252,18 @@ class Checkpoint:
                 )
             piece = template.empty_like()
             try:
-                piece.unpack_like(ints, minimum, maximum)
+                piece.unpack_like(part.sums, part.minimum, part.maximum)
             except (ValueError, IndexError):
                 raise self._damaged(path, "its sums do not fit this run's layout") from None
             template.merge(piece)
         return done, template
+
+    def _other_format(self, path: Path, what: str) -> WxstatsError:
+        return WxstatsError(
+            f"{path}: a checkpoint part of another format ({what}, this wxstats reads "
+            f"{FORMAT_VERSION}); remove the folder {self.directory} and rerun without --resume "
+            "to start afresh"
+        )
 
     def _damaged(self, path: Path, why: str) -> WxstatsError:
         """One line: which part is damaged, and the two ways on (each part holds
@@ -268,17 +278,6 @@ class Checkpoint:
     def save(self, done: Done, acc: RunMoments) -> None:
         """Atomically replace this rank's part file with its current state."""
         ints, minimum, maximum = acc.pack()
-        steps = np.frombuffer(done.to_json().encode(), dtype=np.uint8)
-
-        def write(path: Path) -> None:
-            with open(path, "wb") as f:
-                np.savez(
-                    f,
-                    format=np.int64(FORMAT_VERSION),
-                    done=steps,
-                    ints=ints,
-                    minimum=minimum,
-                    maximum=maximum,
-                )
-
-        write_all({self.part: write}, overwrite=True)
+        meta = {"checkpoint_part": FORMAT_VERSION, "done": json.loads(done.to_json())}
+        part = StateFile(meta=meta, sums=ints, minimum=minimum, maximum=maximum)
+        write_all({self.part: state_writer(part, __version__)}, overwrite=True)
