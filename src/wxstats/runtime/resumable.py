@@ -4,11 +4,11 @@ Rank 0 prepares the manifest and reads the part files (the folder's format is
 :mod:`wxstats.runtime.checkpoint`), every rank receives the same set of time
 steps done and shares out only the samples with steps still to do (a sample
 partly done, when the block size changed, sums only those: :func:`plan`), and
-each rank saves its part at
-most every ``interval`` seconds, at the end of its share, when the run fails,
-on SIGINT/SIGTERM (then it stops with :class:`~wxstats.core.errors.Interrupted`),
-and before a watchdog ends a process whose main thread is stuck (only between
-two samples' merges, when the accumulator matches the samples recorded).
+each rank saves its part at most every ``interval`` seconds, at the end of its
+share, when the run fails, on SIGINT/SIGTERM (then it stops with
+:class:`~wxstats.core.errors.Interrupted`), and before a watchdog ends a
+process whose main thread is stuck (only between two samples' merges, when the
+accumulator matches the samples recorded).
 """
 
 from __future__ import annotations
