@@ -13,12 +13,12 @@ from distributed_helpers import assert_identical_outputs
 
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
-from wxstats.runtime.checkpoint import Checkpoint
+from wxstats.runtime.checkpoint import FORMAT_VERSION, Checkpoint, Done
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
-from wxstats.runtime.resumable import Resumable
+from wxstats.runtime.resumable import Resumable, plan
 from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
 
@@ -32,6 +32,15 @@ def _payload(variable) -> bytes | list:
 
 def _fingerprint(source, skipna=False):
     return run_identity(source, skipna)
+
+
+def _steps_of(source, indices):
+    """The time steps samples ``indices`` of ``source`` count, as a part records them."""
+    done = Done()
+    for i in indices:
+        for span in source.covers(i).values():
+            done.add(span.unit, span.start, span.stop)  # False: another stream's, the same
+    return done
 
 
 def _stats_bytes(stats):
@@ -52,13 +61,15 @@ def test_resume_with_another_world_size_is_byte_identical(
         mine = list(partition(len(source), rank, first_world))[:2]
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=rank > 0)
-        ck.save(mine, accumulate(source, mine))
+        ck.save(_steps_of(source, mine), accumulate(source, mine))
     # second run: load, share out the rest, merge
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=True)
     done, carried = ck.load(empty_accumulator(source))
-    assert len(done) == 2 * first_world
-    remaining = [i for i in range(len(source)) if i not in done]
+    assert len(done.ranges) == 2 * first_world  # a MEPS part records sample files
+    work = plan(source, done)
+    assert work.skipped == 2 * first_world and not work.partial
+    remaining = work.todo
     total = carried
     for rank in range(second_world):
         total.merge(
@@ -74,13 +85,13 @@ def test_part_files_are_replaced_atomically(meps_small, tmp_path):
     source = open_source(ComputeOptions(dataset=meps_small))
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=False)
-    ck.save([0], accumulate(source, [0]))
-    ck.save([0, 1], accumulate(source, [0, 1]))
+    ck.save(_steps_of(source, [0]), accumulate(source, [0]))
+    ck.save(_steps_of(source, [0, 1]), accumulate(source, [0, 1]))
     # a write killed half-way leaves only a hidden temporary file, which is ignored
     (tmp_path / "ck" / f".{ck.part.name}.xyz.tmp").write_bytes(b"half a file")
-    assert len(list((tmp_path / "ck").glob("part-*.npz"))) == 1
+    assert len(list((tmp_path / "ck").glob("part-*.wxstate"))) == 1
     done, _ = Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
-    assert done == {0, 1}
+    assert done.ranges == _steps_of(source, [0, 1]).ranges
 
 
 def test_existing_checkpoint_needs_resume(meps_small, tmp_path):
@@ -108,7 +119,7 @@ def test_overlapping_parts_are_refused(meps_small, tmp_path):
     for resume in (False, True):
         ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
         ck.prepare(resume=resume)
-        ck.save([3], accumulate(source, [3]))
+        ck.save(_steps_of(source, [3]), accumulate(source, [3]))
     with pytest.raises(WxstatsError, match="two part files"):
         Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
 
@@ -176,12 +187,28 @@ def _compute(config, out, *extra):
     )
 
 
-def _done_in(folder):
-    done = set()
-    for path in folder.glob("part-*.npz"):
-        with np.load(path) as part:
-            done.update(part["done"].tolist())
-    return done
+def _parts_in(folder):
+    """The time steps the parts in ``folder`` hold, read independently of
+    wxstats' reader (netCDF, each part's ``meta``: JSON with ``done``, ranges by unit)."""
+    done = {}
+    for path in folder.glob("part-*"):
+        with netCDF4.Dataset(path) as nc:
+            assert nc.getncattr("wxstats_state_format") == "wxstats-state"
+            meta = json.loads(nc.getncattr("meta"))
+        assert meta["checkpoint_part"] == FORMAT_VERSION
+        for unit, ranges in meta["done"].items():
+            done.setdefault(unit, []).extend(tuple(r) for r in ranges)
+    return {unit: sorted(ranges) for unit, ranges in done.items()}
+
+
+def _done_in(folder, config):
+    """The samples of the MEPS datastore ``config`` that the parts hold: its
+    parts record each sample's file, all of its steps."""
+    parts = _parts_in(folder)
+    samples = MepsSource(config).samples
+    steps = MepsSource(config).num_timesteps
+    assert all(parts[s.path.name] == [(0, steps)] for s in samples if s.path.name in parts)
+    return {i for i, s in enumerate(samples) if s.path.name in parts}
 
 
 def _signal_at(monkeypatch, cls, index, signum):
@@ -209,7 +236,8 @@ def test_a_signal_saves_then_stops_and_the_resumed_run_is_identical(
     )
     err = capsys.readouterr().err
     assert f"interrupted by {signal.Signals(signum).name}" in err and "--resume" in err
-    assert _done_in(ck) == {0, 1, 2, 3, 4}  # the sample being read when it came, then stopped
+    # the sample being read when it came, then stopped
+    assert _done_in(ck, meps_copy) == {0, 1, 2, 3, 4}
     assert not out.exists() or not any(out.iterdir())
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers given back
     monkeypatch.undo()
@@ -236,7 +264,7 @@ def test_a_failed_run_saves_its_progress_and_resumes(
     assert _compute(meps_copy, out, *args) == 2
     err = capsys.readouterr().err
     assert "Input/output error" in err and "rerun the same command with --resume" in err
-    assert _done_in(ck) == set(range(6))
+    assert _done_in(ck, meps_copy) == set(range(6))
     monkeypatch.undo()
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 0
     assert_identical_outputs(clean, out)
@@ -275,10 +303,10 @@ def _corrupt(path, how):
     data = path.read_bytes()
     path.write_bytes(
         {
-            "garbage": b"\x80\x04 not a zip file at all" * 4,  # np.load took it for a pickle
+            "garbage": b"\x80\x04 not a netCDF file at all" * 4,
             "empty": b"",
             "truncated": data[: len(data) // 2],
-            "flipped": data[:80] + bytes([data[80] ^ 0xFF]) + data[81:],  # inside done.npy
+            "flipped": data[:-9] + bytes([data[-9] ^ 0xFF]) + data[-8:],  # in the sums
         }[how]
     )
 
@@ -292,7 +320,7 @@ def test_a_damaged_part_is_one_line_saying_what_to_do(
     _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
     assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
     monkeypatch.undo()
-    (part,) = ck.glob("part-*.npz")
+    (part,) = ck.glob("part-*")
     _corrupt(part, how)
     capsys.readouterr()
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
@@ -321,7 +349,7 @@ def test_a_damaged_manifest_is_one_line_saying_what_to_do(meps_copy, tmp_path, c
 def test_resuming_a_finished_checkpoint_writes_the_same_result(meps_copy, tmp_path):
     first, again, ck = tmp_path / "first", tmp_path / "again", tmp_path / "ck"
     assert _compute(meps_copy, first, "--checkpoint", str(ck), "--checkpoint-interval", "0") == 0
-    assert _done_in(ck) == set(range(10))
+    assert _done_in(ck, meps_copy) == set(range(10))
     assert _compute(meps_copy, again, "--checkpoint", str(ck), "--resume") == 0
     assert_identical_outputs(first, again)
 
@@ -345,7 +373,7 @@ def test_zarr_run_resumes_identically(tmp_path, monkeypatch, capsys):
     ]
     _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
     assert main(resumed) == 143
-    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert _parts_in(tmp_path / "ck") == {"train": [(0, 12)]}
     monkeypatch.undo()
     assert main([*resumed, "--resume"]) == 0
     assert "interrupted by SIGTERM" in capsys.readouterr().err
@@ -375,7 +403,7 @@ def _killed_zarr_run(tmp_path, monkeypatch, zarr_format):
     _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
     assert main(args) == 143
     monkeypatch.undo()
-    assert _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert _parts_in(tmp_path / "ck") == {"train": [(0, 12)]}
     return store, [*args, "--resume"], tmp_path / "clean.nc"
 
 
@@ -452,7 +480,7 @@ def test_a_signal_after_the_last_sample_still_stops_the_run(meps_small, tmp_path
         os.kill(os.getpid(), signal.SIGTERM)
         run.finish()
     assert info.value.code == 143
-    assert _done_in(tmp_path / "ck") == {0, 1}
+    assert _done_in(tmp_path / "ck", meps_small) == {0, 1}
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
@@ -486,9 +514,9 @@ def test_a_watchdog_saves_between_merges_never_during_one(meps_small, tmp_path):
     assert stuck.wait(30)
     with run.merging:  # as if a merge were under way: nothing is saved
         words = run.save_if_consistent(wait=0.1)
-    assert "lost" in words and _done_in(tmp_path / "ck") == set()
+    assert "lost" in words and _done_in(tmp_path / "ck", meps_small) == set()
     words = run.save_if_consistent(wait=1.0)
-    assert "saved" in words and _done_in(tmp_path / "ck") == {0, 1, 2}
+    assert "saved" in words and _done_in(tmp_path / "ck", meps_small) == {0, 1, 2}
     release.set()
     worker.join(30)
 
@@ -518,7 +546,7 @@ def test_resume_refuses_other_channels_or_config(meps_copy, tmp_path, monkeypatc
     assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
     assert "(datastore config file content: " in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
-    assert _done_in(ck) == {0, 1, 2, 3, 4}
+    assert _done_in(ck, meps_copy) == {0, 1, 2, 3, 4}
 
 
 def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys):
@@ -531,3 +559,300 @@ def test_a_checkpoint_of_an_older_format_is_refused(meps_copy, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "checkpoint written by another wxstats (manifest format 1" in err[0]
     assert "start afresh" in err[0]
+
+
+# -- resuming with another block size, thread count, world size or wxstats version --------
+
+SPLITS = {"train": (0, 24), "val": (24, 36), "mid": (18, 30)}  # steps of mdp_store's hours
+SPLIT_ARGS = [
+    "--split", "train=2021-01-01T00/2021-01-01T23",
+    "--split", "val=2021-01-02T00/2021-01-02T11",
+    "--split", "mid=2021-01-01T18/2021-01-02T05",  # overlaps both: its steps are its own
+]  # fmt: skip
+STEP_BYTES = 20 * 4 * 4  # a step of mdp_store: 20 grid points, 3 + 1 float32 features
+
+
+def _block_mb(steps: int) -> str:
+    """``--block-mb`` giving blocks of ``steps`` one-step chunks."""
+    return f"{(steps + 0.5) * STEP_BYTES / 2**20:.10f}"
+
+
+def _mdp(tmp_path):
+    from gridded_data import mdp_store
+
+    store = tmp_path / "m.zarr"
+    truth = mdp_store(store)
+    base = ["compute", str(store), *SPLIT_ARGS, "--quiet"]
+    return store, truth, base
+
+
+def _blocks(store, steps):
+    source = open_source(ComputeOptions(dataset=str(store), block_mb=float(_block_mb(steps))))
+    return [(b.start, b.stop) for b in source.blocks]
+
+
+def _assert_matches_reference(summary, truth):
+    """Every split's statistics in the summary against a float64 two-pass reference."""
+    from gridded_data import reference
+
+    from reference import assert_close
+
+    data = json.loads(summary.read_text())
+    for split, (a, b) in SPLITS.items():
+        entry = data["splits"][split]
+        state = reference(truth["state"][a:b], 0, b - a, (1,))
+        forcing = reference(truth["forcing"][a:b], 0, b - a, (1,))
+        static = reference(truth["static"], 0, 1, ())
+        flux = entry["forcing"]["toa_radiation"]
+        assert entry["state"]["count"] == state["count"].tolist(), split
+        assert entry["diff"]["1"]["count"] == state["diff"][1]["count"].tolist(), split
+        for key in ("mean", "std"):
+            what = f"{split} {key}"
+            assert_close(entry["state"][key], state[key], 1e-10, what)
+            assert_close(entry["diff"]["1"][key], state["diff"][1][key], 1e-10, what)
+            assert_close(flux[key], forcing[key][0], 1e-10, what)
+            assert_close(flux["diff"]["1"][key], forcing["diff"][1][key][0], 1e-10, what)
+            for f, name in enumerate(("orography", "lsm")):
+                assert_close(entry["static"][name][key], static[key][f], 1e-10, what)
+
+
+def _killed_mdp_run(tmp_path, monkeypatch):
+    """An mdp_store run in blocks of 5 steps stopped by SIGTERM after 3 blocks
+    (steps 0..14); (truth, resume args without --block-mb, clean output folder)."""
+    from wxstats.sources.xarray import XarraySource
+
+    store, truth, base = _mdp(tmp_path)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    run = ["--output", "{}/o.nc", "--summary", "{}/s.json"]
+    assert main([*base, "--threads", "1", *[a.format(clean) for a in run]]) == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    args = [*base, *[a.format(out) for a in run], "--checkpoint", str(tmp_path / "ck")]
+    assert _blocks(store, 5)[:4] == [(0, 5), (5, 10), (10, 15), (15, 20)]
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main([*args, "--threads", "1", "--block-mb", _block_mb(5)]) == 143
+    monkeypatch.undo()
+    # the steps of each split in blocks 0..2, and the values without time (block 0)
+    assert _parts_in(tmp_path / "ck") == {
+        "train": [(0, 15)], "train (no time)": [(0, 1)],
+        "val (no time)": [(0, 1)], "mid (no time)": [(0, 1)],
+    }  # fmt: skip
+    return truth, [*args, "--resume"], clean, out
+
+
+def _assert_same_files(clean, out):
+    with netCDF4.Dataset(clean / "o.nc") as a, netCDF4.Dataset(out / "o.nc") as b:
+        assert sorted(a.variables) == sorted(b.variables)
+        for name in a.variables:
+            assert _payload(a[name]) == _payload(b[name]), name
+    x, y = (json.loads((d / "s.json").read_text()) for d in (clean, out))
+    for d in (x, y, *x["splits"].values(), *y["splits"].values()):
+        d.pop("run", None)  # when, where, how many samples
+    assert x == y
+
+
+@pytest.mark.parametrize("steps,threads", [(3, "1"), (11, "3"), (2, "2")])
+def test_resume_with_another_block_size_or_threads_is_byte_identical(
+    tmp_path, monkeypatch, steps, threads
+):
+    """Killed in blocks of 5 steps; resumed in blocks of 3 (the block of steps
+    15..17 is new and whole; 12..14 is done), 11 (the block of 11..21 is partly
+    done: only 15..21 are summed) or 2 (14..15: a block half done), with other
+    thread counts: the bytes of an uninterrupted run, the reference's numbers."""
+    truth, resume, clean, out = _killed_mdp_run(tmp_path, monkeypatch)
+    assert main([*resume, "--block-mb", _block_mb(steps), "--threads", threads]) == 0
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
+
+
+def test_a_block_partly_done_in_two_places_is_summed_in_two_pieces(tmp_path):
+    """Two ranks each stopped after their first block of 5 steps (0..4 and
+    10..14); the resume has one block of all steps: its train steps are summed
+    in two pieces (5..9, 15..23), the values without time not again."""
+    store, truth, base = _mdp(tmp_path)
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    run = ["--output", "{}/o.nc", "--summary", "{}/s.json"]
+    for folder in (clean, out):
+        folder.mkdir()
+    assert main([*base, "--threads", "1", *[a.format(clean) for a in run]]) == 0
+    splits = tuple(SPLIT_ARGS[1::2])
+    source = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(5))))
+    for resume, index in ((False, 0), (True, 2)):
+        part = Checkpoint(ck, _fingerprint(source))
+        part.prepare(resume=resume)
+        part.save(_steps_of(source, [index]), accumulate(source, [index]))
+    whole = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(40))))
+    assert len(whole) == 1
+    done, _ = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole))
+    assert plan(whole, done).partial == {
+        0: {"train": [(5, 10), (15, 24)], "val": [(24, 36)], "mid": [(18, 30)]}
+    }
+    resume = [*base, *[a.format(out) for a in run], "--checkpoint", str(ck), "--resume"]
+    assert main([*resume, "--threads", "2", "--block-mb", _block_mb(40)]) == 0
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
+
+
+def _newer_wxstats(monkeypatch):
+    """As if wxstats had been upgraded between the two runs (the same checkpoint format)."""
+    import wxstats
+    import wxstats.runtime.identity
+    import wxstats.runtime.run
+
+    for module in (wxstats, wxstats.runtime.identity, wxstats.runtime.run):
+        monkeypatch.setattr(module, "__version__", "99.0.0")
+
+
+def test_resume_with_a_newer_wxstats_and_more_threads(meps_copy, tmp_path, monkeypatch):
+    from reference import assert_close, meps_reference
+
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+    assert _compute(meps_copy, clean) == 0
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    _newer_wxstats(monkeypatch)
+    resumed = ["--checkpoint", str(ck), "--resume", "--threads", "3"]
+    assert _compute(meps_copy, out, *resumed) == 0
+    assert_identical_outputs(clean, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["resumed_samples"] == 5 and summary["run"]["wxstats_version"] == "99.0.0"
+    ref = meps_reference(meps_copy)
+    assert_close(summary["state"]["mean"], ref["mean"], 1e-10, "mean")
+    assert_close(summary["state"]["std"], ref["std"], 1e-10, "std")
+    assert_close(summary["diff"]["3"]["std"], ref["diff_std"], 1e-10, "diff std")
+
+
+@pytest.mark.parametrize("other", ["npz", "state format 4", "part format 4"])
+def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, capsys, other):
+    from wxstats.io.formats.wxstate import read_state_file, state_writer
+
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    _signal_at(monkeypatch, MepsSource, 4, signal.SIGTERM)
+    assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
+    monkeypatch.undo()
+    (part,) = ck.glob("part-*.wxstate")
+    if other == "npz":  # as wxstats wrote parts before: sample indices in an .npz
+        old = part.with_suffix(".npz")
+        with open(old, "wb") as f:
+            np.savez(f, done=np.arange(5, dtype=np.int64), ints=np.zeros(3, np.int64))
+        part.unlink()
+        part = old
+    elif other == "state format 4":  # a codec this wxstats does not read
+        with netCDF4.Dataset(part, "a") as nc:
+            nc.setncattr("wxstats_state_version", np.int32(4))
+    else:  # the codec, but a part layout this wxstats does not read
+        state = read_state_file(part)
+        state.meta["checkpoint_part"] = FORMAT_VERSION + 1
+        state_writer(state, "99")(part)
+    capsys.readouterr()
+    assert _compute(meps_copy, out, "--checkpoint", str(ck), "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{part}: a checkpoint part of another format" in err and "start afresh" in err, err
+
+
+@pytest.mark.slow
+def test_resume_on_two_ranks_with_another_block_size(tmp_path, monkeypatch):
+    from distributed_helpers import run, wxstats_cmd
+
+    truth, resume, clean, out = _killed_mdp_run(tmp_path, monkeypatch)
+    result = run(wxstats_cmd(*resume, "--block-mb", _block_mb(11), "--nproc", "2"))
+    assert result.returncode == 0, result.stderr
+    _assert_same_files(clean, out)
+    _assert_matches_reference(out / "s.json", truth)
+
+
+def _latitude_store(path):
+    """24 six-hourly steps on a small latitude/longitude grid, one step per chunk."""
+    import pandas as pd
+    import xarray as xr
+
+    rng = np.random.default_rng(11)
+    lats = np.linspace(80.0, -80.0, 5)
+    t2m = 250 + 40 * np.cos(np.deg2rad(lats))[None, :, None] + 3 * rng.standard_normal((24, 5, 6))
+    ds = xr.Dataset(
+        {"t2m": (("time", "lat", "lon"), t2m.astype(np.float32), {"units": "K"})},
+        coords={
+            "time": pd.date_range("2020-01-01", periods=24, freq="6h"),
+            "lat": ("lat", lats, {"units": "degrees_north"}),
+            "lon": np.arange(6) * 60.0,
+        },
+    )
+    ds.to_zarr(path, mode="w", encoding={"t2m": {"chunks": (1, 5, 6)}}, consolidated=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--format", "makani"],  # weighted by cos(latitude), time means per grid point
+        ["--by", "hour", "--weights", "coslat", "--diff-steps", "1,2", "--output", "{}/o.nc"],
+    ],
+)
+def test_resume_with_another_block_size_keeps_weights_time_means_and_groups(
+    tmp_path, monkeypatch, options
+):
+    from wxstats.sources.xarray import XarraySource
+
+    store = _latitude_store(tmp_path / "era.zarr")
+    step = 5 * 6 * 4  # bytes of a step of t2m
+    clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
+
+    def args(folder, steps):
+        mb = f"{(steps + 0.5) * step / 2**20:.10f}"
+        where = [a.format(folder) for a in options] + ["--output-dir", str(folder)]
+        return ["compute", str(store), "--quiet", "--block-mb", mb, *where]
+
+    for folder in (clean, out):
+        folder.mkdir()
+    assert main([*args(clean, 24), "--threads", "1"]) == 0
+    _signal_at(monkeypatch, XarraySource, 2, signal.SIGTERM)
+    assert main([*args(out, 5), "--checkpoint", str(ck), "--threads", "1"]) == 143
+    monkeypatch.undo()
+    assert _parts_in(ck)["train"] == [(0, 15)]
+    # blocks of 7 steps: the one of steps 14..20 is summed over 15..20 only
+    assert main([*args(out, 7), "--checkpoint", str(ck), "--resume", "--threads", "2"]) == 0
+    written = sorted(p.name for p in clean.iterdir())
+    assert written == sorted(p.name for p in out.iterdir()) and written
+    for name in written:
+        if name.endswith(".nc"):
+            with netCDF4.Dataset(clean / name) as a, netCDF4.Dataset(out / name) as b:
+                for var in a.variables:
+                    assert _payload(a[var]) == _payload(b[var]), (name, var)
+        elif name.endswith(".json"):  # all but the run's description
+            a, b = (json.loads((d / name).read_text()) for d in (clean, out))
+            assert a.pop("run") != b.pop("run") and a == b, name
+        else:
+            assert (clean / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_anemoi_resume_with_another_block_size(tmp_path, monkeypatch):
+    from test_anemoi import assert_matches, make_dataset, reference, stored
+
+    from wxstats.sources.anemoi import AnemoiSource
+
+    path = tmp_path / "an.zarr"
+    data = make_dataset(path)  # 23 six-hourly dates, one per chunk; window: dates 0..17
+    step = 3 * 2 * 30 * 4  # bytes of a date
+
+    def args(out, steps, *extra):
+        mb = f"{(steps + 0.5) * step / 2**20:.10f}"
+        return ["compute", str(path), "--format", "anemoi", "--output", str(out), "--quiet",
+                "--diff-steps", "1,3", "--block-mb", mb, *extra]  # fmt: skip
+
+    clean, out, ck = tmp_path / "clean.zarr", tmp_path / "out.zarr", tmp_path / "ck"
+    assert main(args(clean, 18, "--threads", "1")) == 0
+    _signal_at(monkeypatch, AnemoiSource, 2, signal.SIGTERM)
+    assert main(args(out, 4, "--checkpoint", str(ck), "--threads", "1")) == 143
+    monkeypatch.undo()
+    assert _parts_in(ck) == {"train": [(0, 12)]}
+    # blocks of 7 dates: the one of dates 7..13 is summed over 12..13 only
+    assert main(args(out, 7, "--checkpoint", str(ck), "--resume", "--threads", "2")) == 0
+    got = stored(out)
+    assert {k: v.tobytes() for k, v in got.items()} == {
+        k: v.tobytes() for k, v in stored(clean).items()
+    }
+    assert_matches(got, reference(data, 0, 18))
+    assert_matches(got, reference(data, 0, 18, 3), "statistics_tendencies_18h_")

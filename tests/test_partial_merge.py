@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from reference import two_pass
 from wxstats.core.accumulator import StreamMoments
-from wxstats.core.kernels import Block, block_sums
+from wxstats.core.kernels import Block, block_sums, restrict
 
 LAGS = (1, 2)
 
@@ -98,3 +98,44 @@ def test_pieces_agree_with_a_float64_two_pass_reference():
         ref_mean, ref_std = two_pass(d, 0)
         np.testing.assert_allclose(d_mean, ref_mean, rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(d_std, ref_std, rtol=1e-13)
+
+
+def _intervals(steps: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for t in sorted(steps):
+        if out and out[-1][1] == t:
+            out[-1] = (out[-1][0], t + 1)
+        else:
+            out.append((t, t + 1))
+    return out
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32 - 1), n_t=st.integers(3, 12), data=st.data())
+def test_a_block_restricted_to_any_steps_and_to_the_rest_merges_to_the_whole(seed, n_t, data):
+    """What a resume does with a sample partly done: ``restrict`` keeps the values
+    of the steps asked for and the differences ending at them (in one block per
+    run of steps); the two complementary restrictions merge to the whole block."""
+    rng = np.random.default_rng(seed)
+    a = (280.0 + 5.0 * rng.standard_normal((n_t, 7, 2))).astype(np.float32)
+    whole_block = Block(a, np.arange(2), (0, n_t), {k: (k, n_t) for k in LAGS})
+    mine = sorted(data.draw(st.sets(st.integers(0, n_t - 1))))
+    rest = [t for t in range(n_t) if t not in mine]
+
+    def moments(steps: list[int]) -> StreamMoments:
+        out = StreamMoments.create(2, LAGS)
+        for piece in restrict(whole_block, _intervals(steps)):
+            out.add(block_sums(piece))
+        return out
+
+    part = moments(mine)
+    assert list(part.values.count) == [7 * len(mine)] * 2  # each step's 7 grid points
+    for k in LAGS:  # the differences ending at the steps kept
+        assert list(part.diffs[k].count) == [7 * sum(t >= k for t in mine)] * 2
+    merged = StreamMoments.create(2, LAGS)
+    merged.merge(part)
+    merged.merge(moments(rest))
+    assert _bytes(merged) == _bytes(moments(list(range(n_t))))
+    whole = StreamMoments.create(2, LAGS)
+    whole.add(block_sums(whole_block))
+    assert _bytes(merged) == _bytes(whole)

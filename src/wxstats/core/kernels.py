@@ -45,7 +45,7 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,6 +78,28 @@ class Block:
     origin: str | None = None
     """Where these values are stored (a file), when it is not the sample the
     source describes: bad-value messages name it."""
+
+    def within(self, t0: int, t1: int) -> Block:
+        """The same block counting only rows ``[t0, t1)``: their values and the
+        differences ending at them (a difference counts at its later time), so
+        blocks of disjoint row ranges count disjoint sets of summation units."""
+
+        def cut(r: tuple[int, int]) -> tuple[int, int]:
+            a, b = max(r[0], t0), min(r[1], t1)
+            return (a, b) if a < b else (0, 0)
+
+        return replace(
+            self,
+            value_range=cut(self.value_range),
+            diff_ranges={k: cut(r) for k, r in self.diff_ranges.items()},
+        )
+
+
+def restrict(block: Block, rows: list[tuple[int, int]]) -> list[Block]:
+    """``block`` counting only the rows in ``rows`` (disjoint ``[t0, t1)``
+    ranges): one block per range, as each step is summed on its own (with its
+    own reference), the pieces give the bytes of those steps in any run."""
+    return [block.within(a, b) for a, b in rows if a < b]
 
 
 @dataclass

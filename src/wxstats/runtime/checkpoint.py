@@ -1,17 +1,25 @@
 """Durable partial results, so a killed run resumes without redoing its work.
 
-Every rank keeps one part file ``part-<unique id>.npz`` in the checkpoint
-folder: the indices of the samples it has finished and the exact accumulator
-of exactly those samples (packed int64/float64 arrays). Files are replaced
-atomically (temporary file, fsync, rename), so a kill at any moment, even
-during a write, leaves the previous version. Sums are exact, so the union of
-the part files of any earlier runs, whatever their number of ranks, plus the
-remaining samples gives the same bytes as an uninterrupted run.
+Every rank keeps one part file ``part-<unique id>.wxstate`` in the checkpoint
+folder, in the state file's codec (:mod:`wxstats.io.formats.wxstate`: netCDF
+with a format version and a checksum): the time steps it has summed
+(:class:`Done`: by split, ranges of time indices whose values and the
+differences ending at them are in the part; a MEPS datastore's by sample file,
+see :meth:`~wxstats.sources.base.Source.covers`) and the exact accumulator of
+exactly those steps (packed int64/float64 arrays; ``meta`` holds
+``checkpoint_part``, :data:`FORMAT_VERSION`, and ``done``).
+Files are replaced atomically (temporary file, fsync, rename), so a kill at
+any moment, even during a write, leaves the previous version. Every time step
+is summed on its own with its own reference, so the union of the part files of
+any earlier runs, whatever their number of ranks, threads or block size, plus
+the remaining steps gives the same bytes as an uninterrupted run.
 
-``manifest.json`` records what the checkpoint is of: the whole run identity
-(:mod:`wxstats.runtime.identity`: options, grid, time steps and samples,
-files with sizes and modification times). Resuming against anything else is
-refused in one line naming the first difference.
+``manifest.json`` records what the checkpoint is of: the run identity that a
+checkpoint compares (:mod:`wxstats.runtime.identity`: options, grid, time
+steps, files with sizes and modification times; not the samples nor the
+wxstats version). Resuming against anything else is refused in one line
+naming the first difference; so is a folder or a part of another
+:data:`FORMAT_VERSION`.
 
 How a run uses the folder is :mod:`wxstats.runtime.resumable`.
 """
@@ -20,21 +28,24 @@ from __future__ import annotations
 
 import json
 import uuid
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.io.atomic import write_all
+from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 2
-"""Of the manifest (1: before the run's identity held a MEPS config and the grid)."""
+FORMAT_VERSION = 3
+"""Of the manifest and the parts (1: before the run's identity held a MEPS
+config and the grid; 2: parts recorded sample indices, not time steps, in
+``.npz`` files)."""
+PART = "part-{}.wxstate"
+OLD_PARTS = "part-*.npz"
+"""Parts of format 2 and before: refused, naming the format."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -47,13 +58,85 @@ def _contents(folder: Path) -> list[str]:
     )
 
 
+class Done:
+    """Time steps summed, by unit (a split, ``<split> (no time)``, a MEPS sample
+    file: :class:`~wxstats.sources.base.SampleSteps`): sorted, disjoint
+    ``[start, stop)`` ranges of absolute time indices."""
+
+    def __init__(self, ranges: dict[str, list[tuple[int, int]]] | None = None) -> None:
+        self.ranges: dict[str, list[tuple[int, int]]] = {}
+        for unit, spans in (ranges or {}).items():
+            for a, b in spans:
+                self.add(unit, a, b)
+
+    def add(self, unit: str, start: int, stop: int) -> bool:
+        """Record ``[start, stop)``; False (and nothing recorded) when a step of it
+        is recorded already."""
+        if start >= stop:
+            return True
+        spans = self.ranges.setdefault(unit, [])
+        if any(a < stop and start < b for a, b in spans):
+            return False
+        spans.append((int(start), int(stop)))
+        spans.sort()
+        joined = [spans[0]]
+        for a, b in spans[1:]:
+            if a == joined[-1][1]:
+                joined[-1] = (joined[-1][0], b)
+            else:
+                joined.append((a, b))
+        self.ranges[unit] = joined
+        return True
+
+    def update(self, other: Done) -> list[str]:
+        """Add ``other``; the units it shares steps with (those steps not added)."""
+        both = []
+        for unit, spans in other.ranges.items():
+            if not all([self.add(unit, a, b) for a, b in spans]):
+                both.append(unit)
+        return both
+
+    def missing(self, unit: str, start: int, stop: int) -> list[tuple[int, int]]:
+        """The ranges of ``[start, stop)`` not recorded."""
+        out, at = [], start
+        for a, b in self.ranges.get(unit, []):
+            if b <= at or a >= stop:
+                continue
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        if at < stop:
+            out.append((at, stop))
+        return out
+
+    def __len__(self) -> int:
+        """The number of steps recorded."""
+        return sum(b - a for spans in self.ranges.values() for a, b in spans)
+
+    def to_json(self) -> str:
+        return json.dumps({u: [list(r) for r in s] for u, s in sorted(self.ranges.items())})
+
+    @staticmethod
+    def from_json(text: str) -> Done:
+        """Refuses (ValueError) what is not a mapping of units to ranges."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a mapping")
+        done = Done()
+        for unit, spans in data.items():
+            for a, b in spans:
+                if not (isinstance(a, int) and isinstance(b, int)) or not done.add(unit, a, b):
+                    raise ValueError(f"bad ranges of {unit}")
+        return done
+
+
 class Checkpoint:
     """One rank's view of a checkpoint folder (see module docstring)."""
 
     def __init__(self, directory: str | Path, identity: dict[str, Any]) -> None:
         self.directory = Path(directory)
         self.fingerprint = {"format": FORMAT_VERSION, **json.loads(json.dumps(identity))}
-        self.part = self.directory / f"part-{uuid.uuid4().hex}.npz"
+        self.part = self.directory / PART.format(uuid.uuid4().hex)
 
     # -- set-up (rank 0 first, then every rank) ----------------------------
     def prepare(self, resume: bool) -> None:
@@ -91,7 +174,7 @@ class Checkpoint:
                     f"{self.directory}: checkpoint folder does not exist, nothing to resume; "
                     "check the path, or run without --resume to start afresh"
                 )
-            if any(self.directory.glob("part-*.npz")):
+            if any(self.directory.glob("part-*")):
                 raise WxstatsError(
                     f"{self.directory}: part files without {MANIFEST}; cannot resume, "
                     "remove the folder and start afresh without --resume"
@@ -139,40 +222,52 @@ class Checkpoint:
             )
 
     # -- reading what earlier runs did ------------------------------------
-    def load(self, template: RunMoments) -> tuple[set[int], RunMoments]:
-        """(finished sample indices, their exact accumulator) of all part files.
+    def load(self, template: RunMoments) -> tuple[Done, RunMoments]:
+        """(the time steps summed, their exact accumulator) of all part files.
 
         ``template`` is an empty accumulator giving the layout; it is filled.
         """
-        done: set[int] = set()
-        for path in sorted(self.directory.glob("part-*.npz")):
+        done = Done()
+        for path in sorted(self.directory.glob(OLD_PARTS)):
+            raise self._other_format(path, "sample indices in .npz")
+        for path in sorted(self.directory.glob(PART.format("*"))):
             try:
-                # our own file object: np.load leaks the one it opens when the zip is bad
-                with open(path, "rb") as f, np.load(f, allow_pickle=False) as part:
-                    indices = part["done"].astype(np.int64).tolist()
-                    ints, minimum, maximum = part["ints"], part["minimum"], part["maximum"]
-            except OSError as exc:  # not damage: permissions, an I/O error
-                raise WxstatsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-            except (ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error):
-                raise self._damaged(path, "not a complete part file") from None
-            overlap = done.intersection(indices)
+                part = read_state_file(path)
+            except StateFileError as exc:
+                if exc.version is not None:
+                    raise self._other_format(path, f"state format {exc.version}") from None
+                raise self._damaged(path, exc.why) from None
+            version = part.meta.get("checkpoint_part") if isinstance(part.meta, dict) else None
+            if version != FORMAT_VERSION:
+                raise self._other_format(path, f"{version or 'not a checkpoint part'}")
+            try:
+                steps = Done.from_json(json.dumps(part.meta["done"]))
+            except (KeyError, ValueError, TypeError):
+                raise self._damaged(path, "its time steps are unreadable") from None
+            overlap = done.update(steps)
             if overlap:
                 raise WxstatsError(
-                    f"{path}: samples {sorted(overlap)[:5]} are in two part files; "
+                    f"{path}: time steps of {', '.join(overlap[:3])} are in two part files; "
                     "the checkpoint is inconsistent, remove the folder and start afresh"
                 )
-            done.update(indices)
             piece = template.empty_like()
             try:
-                piece.unpack_like(ints, minimum, maximum)
+                piece.unpack_like(part.sums, part.minimum, part.maximum)
             except (ValueError, IndexError):
                 raise self._damaged(path, "its sums do not fit this run's layout") from None
             template.merge(piece)
         return done, template
 
+    def _other_format(self, path: Path, what: str) -> WxstatsError:
+        return WxstatsError(
+            f"{path}: a checkpoint part of another format ({what}, this wxstats reads "
+            f"{FORMAT_VERSION}); remove the folder {self.directory} and rerun without --resume "
+            "to start afresh"
+        )
+
     def _damaged(self, path: Path, why: str) -> WxstatsError:
         """One line: which part is damaged, and the two ways on (each part holds
-        its own samples and their sums, so removing one part redoes only those)."""
+        its own time steps and their sums, so removing one part redoes only those)."""
         return WxstatsError(
             f"{path}: the checkpoint is damaged ({why}); remove this file to redo only its "
             f"samples, or remove the folder {self.directory} and rerun without --resume "
@@ -180,13 +275,9 @@ class Checkpoint:
         )
 
     # -- saving this rank's progress --------------------------------------
-    def save(self, done: list[int], acc: RunMoments) -> None:
+    def save(self, done: Done, acc: RunMoments) -> None:
         """Atomically replace this rank's part file with its current state."""
         ints, minimum, maximum = acc.pack()
-        indices = np.array(sorted(done), dtype=np.int64)
-
-        def write(path: Path) -> None:
-            with open(path, "wb") as f:
-                np.savez(f, done=indices, ints=ints, minimum=minimum, maximum=maximum)
-
-        write_all({self.part: write}, overwrite=True)
+        meta = {"checkpoint_part": FORMAT_VERSION, "done": json.loads(done.to_json())}
+        part = StateFile(meta=meta, sums=ints, minimum=minimum, maximum=maximum)
+        write_all({self.part: state_writer(part, __version__)}, overwrite=True)

@@ -11,9 +11,10 @@ while the kernel computes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from wxstats.core.accumulator import RunMoments
 from wxstats.core.cellsums import CellRangeError, add_steps, cell_reference
 from wxstats.core.combine import NonFiniteSums
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block, BlockSums, block_sums
+from wxstats.core.kernels import Block, BlockSums, block_sums, restrict
 from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
@@ -65,7 +66,7 @@ def _refuse_bad_values(
 
 def blocks_accumulator(
     specs: list[StreamSpec],
-    blocks: dict[str, Block],
+    blocks: Mapping[str, Block | list[Block]],
     *,
     where: str,
     skipna: bool,
@@ -74,12 +75,14 @@ def blocks_accumulator(
     """The exact accumulator of the ``blocks`` of some streams (those absent
     stay empty): a sample, or the differences across the seam of two time
     ranges (:mod:`wxstats.runtime.state`). Every time step is summed with its
-    own reference, so the result depends on the blocks' data alone."""
+    own reference, so the result depends on the blocks' data alone. A stream
+    may have several blocks (a sample restricted to the steps a checkpoint
+    lacks, :func:`sample_blocks`)."""
     acc = RunMoments.create(specs, cell_refs)
     for spec in specs:
-        if spec.name not in blocks:
-            continue
-        for block, at in group_runs(blocks[spec.name]):
+        given = blocks.get(spec.name, [])
+        pieces = [given] if isinstance(given, Block) else given
+        for block, at in (p for b in pieces for p in group_runs(b)):
             sums = block_sums(block)
             here = block.origin or where  # the file holding these values
             _refuse_bad_values(here, spec, sums, skipna, at)
@@ -131,21 +134,33 @@ def group_runs(block: Block) -> list[tuple[Block, int]]:
         end = t + 1
         while end < hi and block.groups[end] == g:
             end += 1
-
-        def cut(r: tuple[int, int], t0: int = t, t1: int = end) -> tuple[int, int]:
-            a, b = max(r[0], t0), min(r[1], t1)
-            return (a, b) if a < b else (0, 0)
-
-        piece = Block(
-            block.array,
-            block.channels,
-            cut(block.value_range),
-            {k: cut(r) for k, r in block.diff_ranges.items()},
-            weights=block.weights,
-            origin=block.origin,
-        )
+        piece = replace(block.within(t, end), groups=None)
         out.append((piece, int(g) * width))
         t = end
+    return out
+
+
+Steps = dict[str, list[tuple[int, int]]]
+"""Absolute time steps ``[start, stop)`` by unit
+(see :class:`~wxstats.sources.base.SampleSteps`)."""
+
+
+def sample_blocks(
+    source: Source, index: int, steps: Steps | None = None
+) -> dict[str, Block] | dict[str, list[Block]]:
+    """The blocks of sample ``index``; with ``steps``, each stream's block
+    restricted to those steps (:func:`~wxstats.core.kernels.restrict`), so a
+    sample partly summed already (a resume with another block size) adds only
+    the rest."""
+    blocks = source.read(index)
+    if steps is None:
+        return blocks
+    spans = source.covers(index)
+    out = {}
+    for name, block in blocks.items():
+        span = spans[name]
+        rows = [(a - span.first, b - span.first) for a, b in steps.get(span.unit, ())]
+        out[name] = restrict(block, rows)
     return out
 
 
@@ -154,11 +169,13 @@ def sample_accumulator(
     index: int,
     skipna: bool,
     cell_refs: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+    steps: Steps | None = None,
 ) -> RunMoments:
-    """The exact accumulator of one sample (deterministic, whoever runs it)."""
+    """The exact accumulator of one sample, or of its ``steps`` only
+    (deterministic, whoever runs it)."""
     return blocks_accumulator(
         source.streams,
-        source.read(index),
+        sample_blocks(source, index, steps),
         where=source.describe(index),
         skipna=skipna,
         cell_refs=cell_refs,
@@ -174,10 +191,13 @@ def accumulate(
     on_sample: Callable[[int], None] | None = None,
     into: RunMoments | None = None,
     guard: AbstractContextManager | None = None,
+    steps: Mapping[int, Steps] | None = None,
 ) -> RunMoments:
-    """Merge the accumulators of ``indices`` (in any order; the result is exact).
+    """Merge the accumulators of ``indices`` (in any order; the result is exact);
+    of a sample in ``steps``, only of those steps.
     Each merge and its ``on_sample`` run under ``guard`` (a checkpoint's lock:
     outside it the accumulator matches the samples reported)."""
+    only = steps or {}
     total = into if into is not None else empty_accumulator(source)
     cell_refs = {
         name: s.cell_reference for name, s in total.streams.items() if s.cell_reference is not None
@@ -199,7 +219,7 @@ def accumulate(
         hint(0)
         for n, i in enumerate(indices):
             hint(n + 1)
-            merged(i, sample_accumulator(source, i, skipna, cell_refs))
+            merged(i, sample_accumulator(source, i, skipna, cell_refs, only.get(i)))
         return total
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
     try:
@@ -210,7 +230,8 @@ def accumulate(
             hint(n)
         for n, i in enumerate(indices):
             hint(n + ahead)
-            pending.append((i, pool.submit(sample_accumulator, source, i, skipna, cell_refs)))
+            job = pool.submit(sample_accumulator, source, i, skipna, cell_refs, only.get(i))
+            pending.append((i, job))
             if len(pending) >= window:
                 j, fut = pending.pop(0)
                 merged(j, fut.result())

@@ -10,16 +10,19 @@ and refuses with :func:`first_difference`. It has three parts:
   dimension's coordinates, difference steps, ``--skipna``, ``--by``,
   ``--weights``, a MEPS datastore's channels read and config file. A state
   keeps this part: it grows only with data that matches it.
-- ``run``: which time steps or samples (times, splits, ``--period``, the
-  sample sizes that the block size makes, a MEPS split's file names and
-  sizes), and the version of the code. The ranks of a job and a checkpoint must match it too.
+- ``run``: which time steps (times, splits, ``--period``, a MEPS split's
+  file names and sizes). The ranks of a job and a checkpoint must match it too.
+- ``job``: how the steps are cut into samples (their number and a digest of
+  their sizes, which the block size makes) and the version of the code: the
+  ranks of a job only, which share out samples by index. A checkpoint records
+  the time steps it holds, not samples, so a resume may use another block
+  size, or a newer wxstats that reads the same checkpoint format.
 - ``files``: where the inputs are and when they changed (paths, sizes,
   modification times, chunk listings): a checkpoint only, as ranks may read
   copies of the data staged on each node.
 
-``--threads``, ``--nproc`` and the block size are not in it: they change no
-bit (the block size changes which samples there are, so it is in ``run``
-through their sizes).
+``--threads``, ``--nproc`` and the block size are in none of the parts a
+checkpoint compares: they change no bit.
 """
 
 from __future__ import annotations
@@ -38,11 +41,17 @@ from wxstats.sources.xarray.fingerprint import describe_array_changes
 VERSION = 2
 """Of the identity's layout (1: before the grid's coordinates were part of it)."""
 
-PARTS = {"state": ("data",), "ranks": ("data", "run"), "checkpoint": ("data", "run", "files")}
+PARTS = {
+    "state": ("data",),
+    "ranks": ("data", "run", "job"),
+    "checkpoint": ("data", "run", "files"),
+}
 """Which parts each participant compares."""
 
+_PART_NAMES = {p for parts in PARTS.values() for p in parts}
+
 _ORDER = (
-    "data", "run", "version", "kind", "split", "time_dim", "variables", "features", "units",
+    "data", "run", "job", "version", "kind", "split", "time_dim", "variables", "features", "units",
     "grid", "coords", "channels", "config", "diff_steps", "skipna", "by", "weights",
     "times", "splits", "period", "window", "inputs", "samples", "wxstats_version",
     "files", "arrays",
@@ -79,17 +88,17 @@ def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[
     key of :data:`PARTS`; see module docstring)."""
     files = "files" in PARTS[who]
     own = source.identity(files=files)
-    sizes = np.array(sample_sizes(source), dtype=np.int64)
-    run = {
-        **own.get("run", {}),
-        "samples": [len(source), digest(sizes.tobytes())],
-        "wxstats_version": __version__,
-    }
     whole = {
         "data": {"version": VERSION, **own.get("data", {}), "skipna": bool(skipna)},
-        "run": run,
+        "run": own.get("run", {}),
         "files": own.get("files", {}) if files else {},
     }
+    if "job" in PARTS[who]:
+        sizes = np.array(sample_sizes(source), dtype=np.int64)
+        whole["job"] = {
+            "samples": [len(source), digest(sizes.tobytes())],
+            "wxstats_version": __version__,
+        }
     return {p: whole[p] for p in PARTS[who]}
 
 
@@ -202,7 +211,7 @@ def first_difference(
     a, b = json.loads(json.dumps(a, default=str)), json.loads(json.dumps(b, default=str))
     for p in _keys(a, b):
         x, y = a.get(p), b.get(p)
-        if p not in PARTS["checkpoint"] or not (isinstance(x, dict) and isinstance(y, dict)):
+        if p not in _PART_NAMES or not (isinstance(x, dict) and isinstance(y, dict)):
             found = _differ(p, x, y, here, there)
         else:
             found = next(

@@ -1,12 +1,14 @@
 """How a run uses a checkpoint folder (``wxstats compute --checkpoint DIR [--resume]``).
 
 Rank 0 prepares the manifest and reads the part files (the folder's format is
-:mod:`wxstats.runtime.checkpoint`), every rank receives the same set of
-finished samples and shares out only the rest, and each rank saves its part at
-most every ``interval`` seconds, at the end of its share, when the run fails,
-on SIGINT/SIGTERM (then it stops with :class:`~wxstats.core.errors.Interrupted`),
-and before a watchdog ends a process whose main thread is stuck (only between
-two samples' merges, when the accumulator matches the samples recorded).
+:mod:`wxstats.runtime.checkpoint`), every rank receives the same set of time
+steps done and shares out only the samples with steps still to do (a sample
+partly done, when the block size changed, sums only those: :func:`plan`), and
+each rank saves its part at most every ``interval`` seconds, at the end of its
+share, when the run fails, on SIGINT/SIGTERM (then it stops with
+:class:`~wxstats.core.errors.Interrupted`), and before a watchdog ends a
+process whose main thread is stuck (only between two samples' merges, when the
+accumulator matches the samples recorded).
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import Interrupted
-from wxstats.runtime.checkpoint import Checkpoint
+from wxstats.runtime.checkpoint import Checkpoint, Done
+from wxstats.runtime.engine import Steps, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.job import Solo, World
 from wxstats.sources.base import Source
@@ -36,6 +38,45 @@ def resume_hint(directory: str | Path) -> str:
 
 
 SIGNAL_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@dataclass
+class Plan:
+    """What a resumed run still does: ``todo`` samples (in order), of which those
+    in ``partial`` only over those steps; ``adds``: the steps each todo sample
+    adds to the checkpoint; ``skipped``: the samples done entirely."""
+
+    todo: list[int] = field(default_factory=list)
+    partial: dict[int, Steps] = field(default_factory=dict)
+    adds: dict[int, Steps] = field(default_factory=dict)
+    skipped: int = 0
+
+
+def plan(source: Source, done: Done) -> Plan:
+    """The samples of ``source`` with time steps not in ``done`` (the same on
+    every rank: it depends on the source and ``done`` only)."""
+    out = Plan()
+    for index in range(len(source)):
+        spans: dict[str, set[tuple[int, int]]] = {}
+        for span in source.covers(index).values():
+            if span.start < span.stop:
+                spans.setdefault(span.unit, set()).add((span.start, span.stop))
+        adds: Steps = {}
+        whole = True
+        for unit, ranges in spans.items():
+            for start, stop in sorted(ranges):
+                gaps = done.missing(unit, start, stop)
+                whole = whole and gaps == [(start, stop)]
+                if gaps:
+                    adds.setdefault(unit, []).extend(gaps)
+        if not adds:
+            out.skipped += 1
+            continue
+        out.todo.append(index)
+        out.adds[index] = adds
+        if not whole:
+            out.partial[index] = adds
+    return out
 
 
 class Resumable:
@@ -61,7 +102,11 @@ class Resumable:
         self.started = False  # the folder holds a checkpoint of this run
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
-        self._done: list[int] = []
+        self._done = Done()
+        self._adds: dict[int, Steps] = {}
+        self.partial: dict[int, Steps] = {}
+        """Samples to sum over some of their steps only (see :func:`plan`)."""
+        self._count = 0
         self._saved = 0
         self._last_save = 0.0
         self._signal: int | None = None
@@ -74,8 +119,9 @@ class Resumable:
         self, source: Source, *, skipna: bool, world: World | None = None
     ) -> tuple[list[int], RunMoments | None]:
         """(the samples still to do, in order; on rank 0 the accumulator of the
-        finished ones, elsewhere ``None``). Only rank 0 reads the folder, before
-        any rank of this run writes to it, so all ranks agree on what is done."""
+        steps done, elsewhere ``None``). Only rank 0 reads the folder, before
+        any rank of this run writes to it, so all ranks agree on what is done.
+        :attr:`partial` then holds the samples to sum over some steps only."""
         world = world if world is not None else Solo()
         rank = world.rank
         # only rank 0 checks the manifest: the others need not stat every chunk
@@ -87,13 +133,14 @@ class Resumable:
         payload = b""
         if rank == 0:
             self._checkpoint.prepare(self.resume)
-            done, carried = self._checkpoint.load(RunMoments.create(source.streams))
-            payload = zlib.compress(np.array(sorted(done), dtype=np.int64).tobytes())
+            done, carried = self._checkpoint.load(empty_accumulator(source))
+            payload = zlib.compress(done.to_json().encode())
         payload = world.broadcast_bytes("checkpoint/done", payload)
-        finished = set(np.frombuffer(zlib.decompress(payload), dtype=np.int64).tolist())
-        self.done_before = len(finished)
+        work = plan(source, Done.from_json(zlib.decompress(payload).decode()))
+        self._adds, self.partial = work.adds, work.partial
+        self.done_before = work.skipped
         self.started = True
-        return [i for i in range(len(source)) if i not in finished], carried
+        return work.todo, carried
 
     @contextmanager
     def tracking(
@@ -106,7 +153,10 @@ class Resumable:
         self._acc, self._last_save = acc, self.clock()
 
         def after_sample(index: int) -> None:
-            self._done.append(index)
+            for unit, ranges in self._adds.get(index, {}).items():
+                for a, b in ranges:
+                    self._done.add(unit, a, b)
+            self._count += 1
             if self._signal is not None:
                 self.save()
                 raise self._interrupted(self._signal, saved=True)
@@ -135,9 +185,9 @@ class Resumable:
 
     def save(self) -> None:
         """Write this rank's part file if it finished samples since the last save."""
-        if self._checkpoint is not None and self._acc is not None and len(self._done) > self._saved:
+        if self._checkpoint is not None and self._acc is not None and self._count > self._saved:
             self._checkpoint.save(self._done, self._acc)
-            self._saved = len(self._done)
+            self._saved = self._count
         self._last_save = self.clock()
 
     # -- internals ---------------------------------------------------------------

@@ -84,8 +84,9 @@ def compute_source(
     """Statistics of ``source``: this rank's share, then the exact all-reduce.
     Byte-identical results for any split of the work.
 
-    With ``checkpoint``, only the samples no earlier run finished are shared
-    out, progress is saved as it goes, and rank 0 adds the earlier runs' exact
+    With ``checkpoint``, only the time steps no earlier run summed are shared
+    out (by sample; a sample partly summed, after a change of the block size,
+    only over the rest), progress is saved as it goes, and rank 0 adds the earlier runs' exact
     sums before the all-reduce: the same bytes as one uninterrupted run.
 
     With ``growth`` (``--state``, ``update``) the sums are joined to a state's
@@ -110,6 +111,7 @@ def compute_source(
             on_sample=after_sample,
             into=acc,
             guard=guard,
+            steps=checkpoint.partial if checkpoint is not None else None,
         )
         if checkpoint is not None:
             checkpoint.finish()

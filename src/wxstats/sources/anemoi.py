@@ -33,7 +33,7 @@ from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec, flat_layout
 from wxstats.core.timespan import span_name, span_seconds
-from wxstats.sources.base import parse_period
+from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
 from wxstats.sources.xarray.chunks import SlabRequest
 from wxstats.sources.xarray.fingerprint import array_fingerprints
@@ -319,6 +319,11 @@ class AnemoiSource:
             diffs[k] = (d0 - r0, b1 - r0) if d0 < b1 else (0, 0)
         array = self._read(r0, b1, shared_steps(self.blocks, index))
         return {STREAM: Block(array, self._channels(), (b0 - r0, b1 - r0), diffs)}
+
+    def covers(self, index: int) -> dict[str, SampleSteps]:
+        """The dates of the block (see :meth:`Source.covers`)."""
+        block = self.blocks[index]
+        return {STREAM: SampleSteps(SPLIT, block.first, block.start, block.stop)}
 
     def reference_blocks(self) -> dict[str, Block]:
         """The first dates of the window: shifts that do not depend on the blocks."""

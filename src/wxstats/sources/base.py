@@ -10,11 +10,28 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec
+
+
+@dataclass(frozen=True)
+class SampleSteps:
+    """The time steps one stream's block of a sample counts: the values of the
+    absolute steps ``[start, stop)`` of ``unit`` and the differences ending at
+    them; the block's array row 0 is step ``first``. ``unit`` names what the
+    steps are steps of: a split (a zarr/netCDF or anemoi dataset; the values of
+    its variables without time are the one step 0 of ``<split> (no time)``), or
+    a sample file (a MEPS datastore, whose samples do not depend on the block
+    size). A checkpoint records done steps by unit (:mod:`wxstats.runtime.checkpoint`)."""
+
+    unit: str
+    first: int
+    start: int
+    stop: int
 
 
 class Source(Protocol):
@@ -50,6 +67,12 @@ class Source(Protocol):
     def prefetch(self, index: int) -> None:
         """Start reading sample ``index`` in the background (a hint: errors are
         left to :meth:`read`; the engine calls it a few samples ahead)."""
+        ...
+
+    def covers(self, index: int) -> dict[str, SampleSteps]:
+        """Which time steps sample ``index`` counts, by stream name: what a
+        checkpoint records as done, so that a resume with other samples (another
+        block size) sums only the steps no earlier run summed."""
         ...
 
     def identity(self, files: bool = True) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import numpy as np
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
-from wxstats.sources.base import parse_period
+from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.npy import load_npy, npy_header, prefetch_files
 
 FLUX_FIRST_STEP = 2
@@ -335,6 +335,13 @@ class MepsSource:
 
     def reference_blocks(self) -> dict[str, Block]:
         return self.read(0)
+
+    def covers(self, index: int) -> dict[str, SampleSteps]:
+        """All of the sample's file (see :meth:`Source.covers`): a MEPS sample is
+        one file whatever the block size, so a checkpoint's coverage of a
+        datastore stays by sample, named by its file."""
+        name = self.samples[index].path.name
+        return {s.name: SampleSteps(name, 0, 0, self.num_timesteps) for s in self.streams}
 
     def inputs(self) -> list[str]:
         paths = [self.config_path] + [p for s in self.samples for p in (s.path, s.flux_path)]

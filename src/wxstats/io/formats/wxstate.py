@@ -26,6 +26,10 @@ Version 3 holds the exact sums of ``x`` and ``x²`` (each time step summed with 
 own reference); versions 1 and 2 held sums relative to one run-wide reference
 and are refused in one line (recompute them).
 
+The same codec holds a checkpoint's part files (:mod:`wxstats.runtime.checkpoint`:
+``meta`` says which time steps the sums are of, there are no edges), so a
+partial result has one format on disk.
+
 This module only encodes and decodes; what the contents mean and when two
 states may be combined is :mod:`wxstats.runtime.state`.
 """
@@ -118,10 +122,21 @@ def state_writer(state: StateFile, wxstats_version: str) -> Writer:
     return write
 
 
+class StateFileError(WxstatsError):
+    """A file :func:`read_state_file` refuses; ``why`` says why in a few words and
+    ``version`` is the file's format version where that is the reason, so that
+    another user of the codec (a checkpoint's part files) can phrase its own line."""
+
+    def __init__(self, message: str, why: str, version: int | None = None) -> None:
+        super().__init__(message)
+        self.why, self.version = why, version
+
+
 def _damaged(path: Path, why: str) -> WxstatsError:
-    return WxstatsError(
+    return StateFileError(
         f"{path}: not a usable wxstats state file ({why}); nothing was written. "
-        "Use the state file as written by 'wxstats compute --state', or recompute it"
+        "Use the state file as written by 'wxstats compute --state', or recompute it",
+        why,
     )
 
 
@@ -132,7 +147,7 @@ def read_state_file(path: str | Path) -> StateFile:
 
     path = Path(path)
     if not path.is_file():
-        raise WxstatsError(f"{path}: no such state file")
+        raise StateFileError(f"{path}: no such state file", "no such file")
     try:
         nc = netCDF4.Dataset(path, "r")
     except OSError as exc:
@@ -141,23 +156,28 @@ def read_state_file(path: str | Path) -> StateFile:
         nc.set_auto_mask(False)
         attrs = {k: nc.getncattr(k) for k in nc.ncattrs()}
         if attrs.get("wxstats_state_format") != FORMAT_NAME:
-            raise WxstatsError(
+            raise StateFileError(
                 f"{path}: not a wxstats state file (no wxstats_state_format attribute); "
-                "a state is written by 'wxstats compute --state FILE'"
+                "a state is written by 'wxstats compute --state FILE'",
+                "no wxstats_state_format attribute",
             )
         version = int(attrs.get("wxstats_state_version", -1))
         if version > FORMAT_VERSION:
-            raise WxstatsError(
+            raise StateFileError(
                 f"{path}: state format version {version} was written by a newer wxstats "
                 f"({attrs.get('wxstats_version', '?')}); this wxstats reads version "
-                f"{FORMAT_VERSION}: upgrade wxstats"
+                f"{FORMAT_VERSION}: upgrade wxstats",
+                "a newer format",
+                version,
             )
         if version in (1, 2):
-            raise WxstatsError(
+            raise StateFileError(
                 f"{path}: state format version {version}, written by wxstats "
                 f"{attrs.get('wxstats_version', '?')}, holds sums relative to one run-wide "
                 f"reference; this wxstats reads version {FORMAT_VERSION} (every time step its "
-                "own reference): recompute the state with this wxstats"
+                "own reference): recompute the state with this wxstats",
+                "an older format",
+                version,
             )
         if version != FORMAT_VERSION:
             raise _damaged(path, f"unknown state format version {version}")

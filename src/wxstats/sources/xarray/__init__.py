@@ -22,6 +22,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
+from wxstats.sources.base import SampleSteps
 from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
@@ -320,6 +321,21 @@ class XarraySource:
                 out[f"{v.name}__{split.name}"] = Block(
                     arrays[v.name], self._channels(v), values, diffs, groups, v.weights
                 )
+        return out
+
+    def covers(self, index: int) -> dict[str, SampleSteps]:
+        """The steps of each split in the block (see :meth:`Source.covers`); the
+        variables without time are read with the first block only."""
+        block = self.blocks[index]
+        out = {}
+        for split in self.splits:
+            lo, hi = max(block.start, split.start), min(block.stop, split.stop)
+            for v in self.vars:
+                name = f"{v.name}__{split.name}"
+                if v.has_time:
+                    out[name] = SampleSteps(split.name, block.first, lo, max(lo, hi))
+                else:
+                    out[name] = SampleSteps(f"{split.name} (no time)", 0, 0, int(index == 0))
         return out
 
     def reference_blocks(self) -> dict[str, Block]:
