@@ -54,9 +54,10 @@ def references(sampled: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     whole row in ``rows`` (U, G, F, any dtype; indexed only then)."""
     v = np.where(np.isfinite(sampled), sampled, np.nan)
     finite = np.isfinite(v).sum(axis=1)  # (U, F)
-    ordered = np.sort(v, axis=1)  # NaN last
+    ordered = np.ascontiguousarray(v.transpose(0, 2, 1))  # (U, F, P): sorted in place, NaN last
+    ordered.sort(axis=-1)
     pick = np.maximum(finite - 1, 0) // 2
-    shift = np.take_along_axis(ordered, pick[:, None, :], axis=1)[:, 0, :]
+    shift = np.take_along_axis(ordered, pick[:, :, None], axis=-1)[:, :, 0]
     for u, f in zip(*np.nonzero(finite == 0), strict=True):
         row = np.asarray(rows[u, :, f], dtype=np.float64)
         ok = np.flatnonzero(np.isfinite(row))
