@@ -244,8 +244,9 @@ def test_the_command_skips_numbas_blas_probe_and_leaves_scipy_usable(tmp_path):
     )
     script = f"""
 import os, sys, numpy as np
-from wxstats.core import kernel_choice, kernels
-kernel_choice.NUMBA_WITHOUT_BLAS = True
+from wxstats.cli import process
+from wxstats.core import kernels
+process.tune_for_one_command()  # what the command's process takes (wxstats.cli.console)
 a = np.ones((2, 40000, 4), np.float32)
 kernels.block_sums(kernels.Block(a, np.arange(4), (0, 2)))
 print("probe imported:", os.path.exists({str(marker)!r}))

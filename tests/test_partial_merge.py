@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from reference import two_pass
 from wxstats.core.accumulator import StreamMoments
-from wxstats.core.kernels import Block, block_sums, restrict
+from wxstats.core.blocks import Block, restrict
+from wxstats.core.kernels import block_sums
 
 LAGS = (1, 2)
 

@@ -1,8 +1,9 @@
 """One-pass per-step sums of a block: values, differences for every step, extremes.
 
-A :class:`Block` is an array ``a[t, g, c]`` (time, grid point, channel) with
-the channels to use, the time range whose values count and, for each lag
-``k``, the range of *later* times ``t`` whose pairs ``(t - k, t)`` count.
+A :class:`~wxstats.core.blocks.Block` is an array ``a[t, g, c]`` (time, grid
+point, channel) with the channels to use, the time range whose values count
+and, for each lag ``k``, the range of *later* times ``t`` whose pairs
+``(t - k, t)`` count.
 
 :func:`block_sums` runs the compiled kernel (numba, no per-element Python,
 no float64 temporaries of the sample's size). :func:`block_sums_numpy` is a
@@ -45,11 +46,12 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from wxstats.core import unit_reference
+from wxstats.core.blocks import Block
 from wxstats.core.kernel_choice import run_kernel
 
 GRID_CHUNK = 512
@@ -57,49 +59,6 @@ GRID_CHUNK = 512
 joining the time step's sum: rounding error grows with 512/m + m + G/512 + T,
 not with the number of values. A chunk of the MEPS state (18 channels,
 float32) is 36 KiB, so the chunks a difference needs stay in L2 cache."""
-
-
-@dataclass(frozen=True)
-class Block:
-    """A view of the data and what of it counts (see module docstring)."""
-
-    array: np.ndarray  # (T, G, C)
-    channels: np.ndarray  # int64 (F,) indices into C
-    value_range: tuple[int, int]
-    diff_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    groups: np.ndarray | None = None
-    """Group of each time row (a climatology, ``--by``): a row's values and the
-    differences ending at it go to the features of its group (group ``g`` of
-    ``C`` channels: features ``g*C .. g*C + C``)."""
-    weights: np.ndarray | None = None
-    """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
-    sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
-    ``y * y`` and the count."""
-    origin: str | None = None
-    """Where these values are stored (a file), when it is not the sample the
-    source describes: bad-value messages name it."""
-
-    def within(self, t0: int, t1: int) -> Block:
-        """The same block counting only rows ``[t0, t1)``: their values and the
-        differences ending at them (a difference counts at its later time), so
-        blocks of disjoint row ranges count disjoint sets of summation units."""
-
-        def cut(r: tuple[int, int]) -> tuple[int, int]:
-            a, b = max(r[0], t0), min(r[1], t1)
-            return (a, b) if a < b else (0, 0)
-
-        return replace(
-            self,
-            value_range=cut(self.value_range),
-            diff_ranges={k: cut(r) for k, r in self.diff_ranges.items()},
-        )
-
-
-def restrict(block: Block, rows: list[tuple[int, int]]) -> list[Block]:
-    """``block`` counting only the rows in ``rows`` (disjoint ``[t0, t1)``
-    ranges): one block per range, as each step is summed on its own (with its
-    own reference), the pieces give the bytes of those steps in any run."""
-    return [block.within(a, b) for a, b in rows if a < b]
 
 
 @dataclass
