@@ -254,3 +254,58 @@ def test_the_process_checker_sees_planted_settings():
     )
     found = _process_settings(planted)
     assert sorted(int(hit.split(":")[0]) for hit in found) == [1, 2, 5, 6, 7, 8, 9, 10, 11]
+
+
+def _kind_tests(path: Path) -> list[str]:
+    """Where ``path`` branches on a kind of data's label or reaches past the
+    source protocol: a comparison (``==``, ``!=``, ``in``, ``is``) of an
+    ``X.kind`` that is not a dtype's, or of an ``X["kind"]``; a ``getattr(source``."""
+    tree = ast.parse(path.read_text(), str(path))
+    name = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                of_dtype = "dtype" in ast.unparse(side)
+                attr = isinstance(side, ast.Attribute) and side.attr == "kind" and not of_dtype
+                key = isinstance(side, ast.Subscript) and ast.unparse(side.slice) == "'kind'"
+                if attr or key:
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and "source" in ast.unparse(node.args[0])
+        ):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_sources_know_their_kinds():
+    """Runtime and tools ask a source's capabilities and use its protocol
+    (:mod:`wxstats.sources.base`); only ``sources/`` maps a kind's label to
+    what it supports (the label stays for messages and the statistics file)."""
+    found = [
+        hit
+        for module, path in MODULES.items()
+        if _layer(module) != "sources"
+        for hit in _kind_tests(path)
+    ]
+    assert not found, "kind tests or getattr on a source outside sources/:\n" + "\n".join(found)
+
+
+def test_the_kind_checker_sees_planted_tests(tmp_path):
+    """The checker finds each way of testing a kind (so the test above can fail),
+    and lets a dtype's kind be."""
+    bad = tmp_path / "planted.py"
+    bad.write_text(
+        '"""x"""\n\n\ndef f(source, state, a):\n'
+        '    if source.kind == "anemoi":\n        pass\n'
+        '    if "xarray" != self.source.kind:\n        pass\n'
+        '    if state.identity["kind"] in ("npyfilesmeps",):\n        pass\n'
+        '    if getattr(source, "is_mdp", False):\n        pass\n'
+        '    if a.dtype.kind == "f" or np.dtype(a).kind in "iu":\n        pass\n'
+    )
+    found = _kind_tests(bad)
+    assert [hit.split(":")[1] for hit in found] == ["5", "7", "9", "11"], found
