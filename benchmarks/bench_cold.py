@@ -163,18 +163,18 @@ def measure(
     times: dict[str, dict[str, list[float]]] = {
         name: {"limit": [], "cold": [], "warm": []} for name in entries
     }
-    for name, (path, _) in entries.items():  # imports, numba's load, zarr's metadata
+    for path, _ in entries.values():  # imports, numba's load, zarr's metadata
         run_wxstats(path, threads)
     for _ in range(repeat):
         for name, (path, holder) in entries.items():
             files = all_files(holder)
-            steps: list[tuple[str, Callable[[], float]]] = [
-                ("limit", lambda: cold_limit(holder, threads)),
-                ("cold", lambda: run_wxstats(path, threads)),
+            steps: list[tuple[str, Callable[[Path], float], Path]] = [
+                ("limit", cold_limit, holder),
+                ("cold", run_wxstats, path),
             ]
-            for row, fn in steps:
+            for row, fn, arg in steps:
                 evict(files)
-                times[name][row].append(fn())
+                times[name][row].append(fn(arg, threads))
             times[name]["warm"].append(run_wxstats(path, threads))
     return times
 
