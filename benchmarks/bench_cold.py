@@ -21,7 +21,9 @@ a file for every process) before each of:
   needs on this machine with this many threads: the I/O and, for a
   compressed store, the decompression, nothing more.
 - ``wxstats cold``: ``wxstats.compute(path, threads=--threads)`` in this
-  process (imports done and the kernel loaded by a warm-up run first);
+  process (imports done and the kernel loaded by a warm-up run first), and
+  with ``--ahead N ...`` again for each read-ahead depth N (samples or
+  blocks announced ahead, ``wxstats.runtime.engine.SAMPLES_AHEAD``);
 
 and, right after the cold run (the page cache now holds the data),
 ``wxstats warm``: the same call again, which is the compute bound. A cold run
@@ -44,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,12 +119,19 @@ def cold_limit(root: Path, threads: int) -> float:
     return time.perf_counter() - started
 
 
-def run_wxstats(path: Path, threads: int) -> float:
+def run_wxstats(path: Path, threads: int, ahead: int | None = None) -> float:
+    """Seconds of ``wxstats.compute``, with ``ahead`` samples announced ahead
+    (:data:`wxstats.runtime.engine.SAMPLES_AHEAD`; ``None``: wxstats' default)."""
+    from wxstats.runtime import engine
     from wxstats.runtime.run import compute
 
-    started = time.perf_counter()
-    compute(str(path), threads=threads)
-    return time.perf_counter() - started
+    engine.SAMPLES_AHEAD, default = ahead, engine.SAMPLES_AHEAD
+    try:
+        started = time.perf_counter()
+        compute(str(path), threads=threads)
+        return time.perf_counter() - started
+    finally:
+        engine.SAMPLES_AHEAD = default
 
 
 def datasets(
@@ -157,24 +167,27 @@ def spread(values: list[float]) -> str:
 
 
 def measure(
-    entries: dict[str, tuple[Path, Path]], threads: int, repeat: int
+    entries: dict[str, tuple[Path, Path]], threads: int, repeat: int, aheads: list[int]
 ) -> dict[str, dict[str, list[float]]]:
-    """{dataset: {row: [seconds per round]}}, rounds interleaved across datasets."""
+    """{dataset: {row: [seconds per round]}}, rounds interleaved across datasets
+    (and read-ahead depths: a ``cold ahead=N`` row for each of ``aheads``)."""
     times: dict[str, dict[str, list[float]]] = {
-        name: {"limit": [], "cold": [], "warm": []} for name in entries
+        name: {"limit": [], "cold": [], **{f"cold ahead={a}": [] for a in aheads}, "warm": []}
+        for name in entries
     }
     for path, _ in entries.values():  # imports, numba's load, zarr's metadata
         run_wxstats(path, threads)
     for _ in range(repeat):
         for name, (path, holder) in entries.items():
             files = all_files(holder)
-            steps: list[tuple[str, Callable[[Path], float], Path]] = [
-                ("limit", cold_limit, holder),
-                ("cold", run_wxstats, path),
+            steps: list[tuple[str, Callable[[], float]]] = [
+                ("limit", partial(cold_limit, holder, threads)),
+                ("cold", partial(run_wxstats, path, threads)),
+                *((f"cold ahead={a}", partial(run_wxstats, path, threads, a)) for a in aheads),
             ]
-            for row, fn, arg in steps:
+            for row, fn in steps:
                 evict(files)
-                times[name][row].append(fn(arg, threads))
+                times[name][row].append(fn())
             times[name]["warm"].append(run_wxstats(path, threads))
     return times
 
@@ -190,11 +203,13 @@ def report(entries, times, threads: int, repeat: int) -> None:
         rows = times[name]
         med = {k: statistics.median(v) for k, v in rows.items()}
         print(f"{name}: {nbytes / 1e9:.2f} GB on disk")
-        for row, label in (
-            ("limit", "cold limit (pread + decompress)"),
-            ("cold", "wxstats cold (in-process)"),
-            ("warm", "wxstats warm (the compute bound)"),
-        ):
+        labels = {
+            "limit": "cold limit (pread + decompress)",
+            "cold": "wxstats cold (in-process)",
+            **{row: f"wxstats {row}" for row in rows if row.startswith("cold ahead")},
+            "warm": "wxstats warm (the compute bound)",
+        }
+        for row, label in labels.items():
             print(f"  {label:34} {spread(rows[row])} s {nbytes / med[row] / 1e9:6.2f} GB/s")
         bound = max(med["limit"], med["warm"])
         best = min(rows["limit"]) / min(rows["cold"])
@@ -221,10 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--grid", type=int, nargs=2, default=MEPS_GRID, metavar=("NY", "NX"),
                    help="MEPS grid (238 268)")  # fmt: skip
+    p.add_argument(
+        "--ahead",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also cold with these read-ahead depths (samples or blocks; engine.SAMPLES_AHEAD)",
+    )
     args = p.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     entries = datasets(args.dir, args.gb, args.only, tuple(args.grid))
-    times = measure(entries, args.threads, args.repeat)
+    times = measure(entries, args.threads, args.repeat, args.ahead)
     report(entries, times, args.threads, args.repeat)
     return 0
 

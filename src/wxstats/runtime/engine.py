@@ -26,6 +26,14 @@ from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
 
+SAMPLES_AHEAD: int | None = None
+"""Samples (blocks) announced to the source's ``prefetch`` beyond the one being
+handed out; ``None``: one per thread (with threads, up to ``2 * threads`` more
+are queued or computing, so the hints lead the kernel by 2-3 per thread).
+Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead``, see
+docs/benchmarks.md): FILLED."""
+
+
 def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The fixed point of each stream that sums per grid point (time means): shift
     and scale from the first time step of its reference block, the same on every
@@ -183,7 +191,7 @@ def accumulate(
         name: s.cell_reference for name, s in total.streams.items() if s.cell_reference is not None
     }
     indices = list(indices)
-    ahead = max(1, threads)
+    ahead = SAMPLES_AHEAD or max(1, threads)
 
     def hint(position: int) -> None:
         if position < len(indices):
@@ -195,10 +203,11 @@ def accumulate(
             if on_sample:
                 on_sample(index)
 
+    for n in range(min(ahead, len(indices))):
+        hint(n)
     if threads <= 1:
-        hint(0)
         for n, i in enumerate(indices):
-            hint(n + 1)
+            hint(n + ahead)
             merged(i, sample_accumulator(source, i, skipna, cell_refs))
         return total
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
@@ -206,8 +215,6 @@ def accumulate(
         # keep at most 2 * threads samples in flight: bounded memory
         window = 2 * threads
         pending = []
-        for n in range(min(ahead, len(indices))):
-            hint(n)
         for n, i in enumerate(indices):
             hint(n + ahead)
             pending.append((i, pool.submit(sample_accumulator, source, i, skipna, cell_refs)))
