@@ -25,13 +25,15 @@ from wxstats.core.kernels import Block, BlockSums, block_sums
 from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
-
 SAMPLES_AHEAD: int | None = None
 """Samples (blocks) announced to the source's ``prefetch`` beyond the one being
 handed out; ``None``: one per thread (with threads, up to ``2 * threads`` more
 are queued or computing, so the hints lead the kernel by 2-3 per thread).
-Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead``, see
-docs/benchmarks.md): FILLED."""
+Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead 1 2 4``, two
+runs, medians of 3, docs/benchmarks.md): 1, 2 and 4 were within each other's
+spread for MEPS (1.39-1.66 s), zarr (3.4-4.7 s) and netCDF (2.0-2.7 s), none
+better than the default in both runs; what did matter was that the hint read
+the whole sample (:mod:`wxstats.sources.readahead`)."""
 
 
 def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
