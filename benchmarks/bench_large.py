@@ -110,7 +110,7 @@ def run(args, work: Path) -> int:
         f"rounds (load average {os.getloadavg()[0]:.1f} at the end; page cache warm):"
     )
     print(
-        f"  {'dataset':>9} {'samples':>7} | {'min':>7} {'median':>7} {'max':>7} s | "
+        f"  {'GB read':>8} {'samples':>7} | {'min':>7} {'median':>7} {'max':>7} s | "
         f"{'steady s':>8} {'GB/s':>6} | {'peak RSS MiB':>12} {'vs smallest':>11}"
     )
     smallest = None
@@ -126,7 +126,7 @@ def run(args, work: Path) -> int:
             steady = f"{med - fixed:8.2f} {nbytes / (med - fixed) / GB:6.2f}"
             growth = f"{peaks[name] / smallest:.2f}x"
         print(
-            f"  {nbytes / GB:7.2f}GB {len(files):7d} | {min(walls[name]):7.2f} {med:7.2f} "
+            f"  {nbytes / GB:8.3f} {len(files):7d} | {min(walls[name]):7.2f} {med:7.2f} "
             f"{max(walls[name]):7.2f} s | {steady} | {peaks[name] / 2**20:12.0f} {growth:>11}"
         )
     print(f"  (one sample is {spec.sample_bytes / 2**20:.0f} MiB; fixed costs {fixed:.2f} s)")

@@ -232,7 +232,7 @@ def test_bench_large_prints_steady_throughput_and_peak_memory(tmp_path):
                 *("--grid", "20", "30", "--repeat", "1", "--dir", str(tmp_path)),
                 cwd=tmp_path)  # fmt: skip
     rows = re.findall(
-        r"^\s+([0-9.]+)GB\s+(\d+) \|\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) s \|\s+(\S+)\s+(\S+) \|"
+        r"^\s+([0-9.]+)\s+(\d+) \|\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) s \|\s+(\S+)\s+(\S+) \|"
         r"\s+(\d+)\s+(\S+)$",
         text,
         re.M,
