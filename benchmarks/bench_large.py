@@ -13,11 +13,11 @@ that size needs whose sample files are symbolic links to the base's (cycled,
 disk and the page cache hold only the base (so this measures the compute and
 the memory of a long run, warm, not the disk). Then, in ``--repeat`` rounds
 interleaved across the sizes, ``wxstats compute --threads T`` as a fresh
-process on each and on a 4 MB datastore (the fixed costs: interpreter,
+process on each and on a tiny 2 MB datastore (the fixed costs: interpreter,
 imports, numba's load, writing the outputs), and prints per size:
 
 - the whole command (min / median / max seconds);
-- the steady state: the median whole command minus the median of the 4 MB
+- the steady state: the median whole command minus the median of the tiny
   one, as GB/s of bytes read;
 - the peak resident memory of the process (``ru_maxrss`` from ``wait4``; the
   largest of the rounds), and its growth against the smallest size.
@@ -85,7 +85,7 @@ def run(args, work: Path) -> int:
         flush=True,
     )
     tiny = write_example(work / "tiny", ExampleSpec(analysis_times=1, grid=(12, 14)))
-    configs = {"4 MB": tiny}
+    configs = {"tiny": tiny}
     per_time = spec.sample_bytes * MEMBERS
     for size in args.sizes:
         times = max(1, round(size * GB / per_time))
@@ -104,7 +104,7 @@ def run(args, work: Path) -> int:
             wall, peak = wxstats_compute(config, args.threads, out)
             walls[name].append(wall)
             peaks[name] = max(peaks[name], peak)
-    fixed = statistics.median(walls["4 MB"])
+    fixed = statistics.median(walls["tiny"])
     print(
         f"\nwxstats compute --threads {args.threads}, whole command, {args.repeat} interleaved "
         f"rounds (load average {os.getloadavg()[0]:.1f} at the end; page cache warm):"
@@ -118,7 +118,7 @@ def run(args, work: Path) -> int:
         files = [p for p in dataset_files(config) if "_mbr" in p.name]
         nbytes = total_bytes(dataset_files(config))
         med = statistics.median(walls[name])
-        if name == "4 MB":
+        if name == "tiny":
             steady = "-".rjust(8) + " " + "-".rjust(6)
             growth = "-"
         else:

@@ -237,7 +237,7 @@ def test_bench_large_prints_steady_throughput_and_peak_memory(tmp_path):
         text,
         re.M,
     )
-    assert len(rows) == 3, text  # the 4 MB datastore, then each size
+    assert len(rows) == 3, text  # the tiny datastore, then each size
     assert [r[5] for r in rows][0] == "-" and rows[1][8] == "1.00x", text
     assert int(rows[2][1]) > int(rows[1][1]) and float(rows[2][0]) > float(rows[1][0]), text
     assert all(int(r[7]) > 0 for r in rows), text
