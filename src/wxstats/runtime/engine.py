@@ -29,6 +29,16 @@ from wxstats.sources.base import Source
 if TYPE_CHECKING:  # the numbers are core's: the engine only passes arrays on
     import numpy as np
 
+SAMPLES_AHEAD: int | None = None
+"""Samples (blocks) announced to the source's ``prefetch`` beyond the one being
+handed out; ``None``: one per thread (with threads, up to ``2 * threads`` more
+are queued or computing, so the hints lead the kernel by 2-3 per thread).
+Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead 1 2 4``, two
+runs, medians of 3, docs/benchmarks.md): 1, 2 and 4 were within each other's
+spread for MEPS (1.39-1.66 s), zarr (3.4-4.7 s) and netCDF (2.0-2.7 s), none
+better than the default in both runs; what did matter was that the hint read
+the whole sample (:mod:`wxstats.sources.readahead`)."""
+
 
 def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The fixed point of each stream that sums per grid point (time means), from
@@ -167,7 +177,7 @@ def accumulate(
         name: s.cell_reference for name, s in total.streams.items() if s.cell_reference is not None
     }
     indices = list(indices)
-    ahead = max(1, threads)
+    ahead = SAMPLES_AHEAD or max(1, threads)
 
     def hint(position: int) -> None:
         if position < len(indices):
@@ -179,10 +189,11 @@ def accumulate(
             if on_sample:
                 on_sample(index)
 
+    for n in range(min(ahead, len(indices))):
+        hint(n)
     if threads <= 1:
-        hint(0)
         for n, i in enumerate(indices):
-            hint(n + 1)
+            hint(n + ahead)
             merged(i, sample_accumulator(source, i, skipna, cell_refs, only.get(i)))
         return total
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
@@ -190,8 +201,6 @@ def accumulate(
         # keep at most 2 * threads samples in flight: bounded memory
         window = 2 * threads
         pending = []
-        for n in range(min(ahead, len(indices))):
-            hint(n)
         for n, i in enumerate(indices):
             hint(n + ahead)
             job = pool.submit(sample_accumulator, source, i, skipna, cell_refs, only.get(i))

@@ -28,7 +28,8 @@ from wxstats.core.kernels import Block
 from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
-from wxstats.sources.npy import load_npy, npy_header, prefetch_files
+from wxstats.sources.npy import load_npy, npy_header
+from wxstats.sources.readahead import prefetch_files
 
 FLUX_FIRST_STEP = 2
 """neural-lam uses the flux of the target steps only (the first two are inputs)."""
