@@ -270,6 +270,7 @@ def test_transformed_netcdf_dataset_is_read_through_xarray(data, netcdf_file, hd
         _against_reference(stats, {"t2m": shifted, "z": truth["z"]}, rtol=1e-12)
     opened = xr.open_dataset(netcdf_file)
     assert _reader(opened[list(PLAIN)].isel(time=slice(1, None))) == "NoneType"
+    assert _reader(opened[list(PLAIN)].isel(x=slice(None, None, -1))) == "NoneType"  # same shape
     assert _reader(opened[list(PLAIN)].rename(t2m="temperature")) == "NoneType"
     assert _reader(opened) == "NoneType"  # msl: int16 that xarray decoded to float32
     assert _reader(opened[list(PLAIN)].load()) == "NoneType"
