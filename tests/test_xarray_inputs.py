@@ -57,11 +57,11 @@ def _values(stats, names=PLAIN) -> dict[str, bytes]:
     return {v: ds[v].values.tobytes() for v in sorted(ds.data_vars) if v.split("__")[0] in names}
 
 
-def _against_reference(stats, truth, names=PLAIN) -> None:
+def _against_reference(stats, truth, names=PLAIN, rtol: float = 1e-10) -> None:
     for var in names:
         for split, (a, b) in (("train", TRAIN), ("val", VAL)):
             ref = reference(truth[var], a, b, STEPS)
-            assert_stream_matches(stats.streams[f"{var}__{split}"], ref)
+            assert_stream_matches(stats.streams[f"{var}__{split}"], ref, rtol)
 
 
 def test_icechunk_session_store(data):
@@ -200,3 +200,78 @@ def test_transformed_zarr_dataset_is_read_through_xarray(data):
     stats = _run(undecoded)
     _against_reference(stats, truth, names)
     assert _values(stats, names) == _values(_run(str(path)), names)
+
+
+@pytest.fixture(scope="module")
+def netcdf_file(data):
+    """One netCDF4 file of the time variables, zlib + shuffle in 8-step chunks."""
+    root, ds, _ = data
+    names = (*PLAIN, "msl")
+    enc = {v: {"zlib": True, "shuffle": True, "chunksizes": (8, *ds[v].shape[1:])} for v in names}
+    path = root / "one.nc"
+    ds[list(names)].to_netcdf(path, engine="netcdf4", encoding=enc)
+    return path
+
+
+@pytest.fixture
+def hdf5_chunks_read(monkeypatch):
+    """How many chunks the HDF5 chunk reader read (a spy on its store)."""
+    from wxstats.sources.xarray import hdf5chunks
+
+    calls = []
+    real = hdf5chunks.Hdf5ChunkStore.get
+
+    def get(self, key):
+        calls.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(hdf5chunks.Hdf5ChunkStore, "get", get)
+    return calls
+
+
+def test_untransformed_netcdf_dataset_is_read_chunk_by_chunk(data, netcdf_file, hdf5_chunks_read):
+    """A Dataset opened from one local netCDF4 file as it is (dask or not, undecoded
+    packing) is read by the HDF5 chunk reader: the bytes of the path's read, and the
+    float64 two-pass reference."""
+    _, _, truth = data
+    by_path = _values(_run(str(netcdf_file)), (*PLAIN, "msl"))
+    with pytest.warns(UserWarning, match="separate the stored chunks"):
+        six = xr.open_dataset(netcdf_file, chunks={"time": 6})[list(PLAIN)]
+    opened = {
+        "no dask": xr.open_dataset(netcdf_file, engine="netcdf4")[list(PLAIN)],
+        "dask 6 steps": six,
+        "dask as stored": xr.open_dataset(netcdf_file, chunks={})[list(PLAIN)],
+        "undecoded": xr.open_dataset(netcdf_file, mask_and_scale=False),
+    }
+    for label, given in opened.items():
+        assert _reader(given) == "Hdf5ChunkReader", label
+        hdf5_chunks_read.clear()
+        stats = _run(given)
+        assert hdf5_chunks_read, label  # the values came from the chunk reader
+        names = list(given.data_vars)
+        _against_reference(stats, truth, names, rtol=1e-12)
+        expected = {k: v for k, v in by_path.items() if k.split("__")[0] in names}
+        assert _values(stats, names) == expected, label
+        given.close()
+
+
+def test_transformed_netcdf_dataset_is_read_through_xarray(data, netcdf_file, hdf5_chunks_read):
+    """A variable changed after opening (t2m + 1), a time selection, a rename or a
+    packed variable xarray decoded leave the HDF5 chunk reader out: the statistics
+    are those of the Dataset's values."""
+    _, _, truth = data
+    for chunks in (None, {"time": 8}):
+        given = xr.open_dataset(netcdf_file, chunks=chunks)[list(PLAIN)]
+        given["t2m"] = given.t2m + np.float32(1)
+        assert _reader(given) == "NoneType", chunks
+        stats = _run(given)
+        assert not hdf5_chunks_read, chunks
+        shifted = (truth["t2m"].astype(np.float32) + np.float32(1)).astype(np.float64)
+        _against_reference(stats, {"t2m": shifted, "z": truth["z"]}, rtol=1e-12)
+    opened = xr.open_dataset(netcdf_file)
+    assert _reader(opened[list(PLAIN)].isel(time=slice(1, None))) == "NoneType"
+    assert _reader(opened[list(PLAIN)].isel(x=slice(None, None, -1))) == "NoneType"  # same shape
+    assert _reader(opened[list(PLAIN)].rename(t2m="temperature")) == "NoneType"
+    assert _reader(opened) == "NoneType"  # msl: int16 that xarray decoded to float32
+    assert _reader(opened[list(PLAIN)].load()) == "NoneType"
+    opened.close()

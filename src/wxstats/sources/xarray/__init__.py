@@ -36,7 +36,7 @@ from wxstats.sources.xarray.blocks import (
 from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
-from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
+from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
 from wxstats.sources.xarray.layout import (
     Variable,
     check_pool,
@@ -189,16 +189,23 @@ class XarraySource:
     def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
         """Chunk-by-chunk reading for a zarr store or one local netCDF4/HDF5 file
         (see :mod:`.chunks`), and for a given Dataset whose variables are a local zarr
-        store's, untransformed (:func:`.zarrchunks.given_zarr_store`); other files
+        store's or one local netCDF4/HDF5 file's, untransformed
+        (:func:`.zarrchunks.given_zarr_store`, :func:`.hdf5chunks.given_hdf5_file`); other files
         (netCDF3, a glob of files) and other Datasets are read through xarray."""
         if self.given:
             names = [v.name for v in self.vars if v.has_time]
             store = given_zarr_store(self.parts[0].ds, names)
-            if store is None:
+            if store is not None:
+                try:
+                    return ZarrChunkReader(store, {}, self.options.io_threads)
+                except Exception:  # what xarray opened and zarr cannot: xarray's reading
+                    return None
+            path = given_hdf5_file(self.parts[0].ds, names)
+            if path is None:
                 return None
             try:
-                return ZarrChunkReader(store, {}, self.options.io_threads)
-            except Exception:  # what xarray opened and zarr cannot: xarray's reading
+                return Hdf5ChunkReader(path, self.options.io_threads)
+            except Exception:  # what netCDF4 opened and h5py cannot: xarray's reading
                 return None
         if len(self.parts) != 1:
             return None

@@ -209,3 +209,36 @@ def _fills(dataset: Any) -> bool:
         plist.get_fill_time() != h5py.h5d.FILL_TIME_NEVER
         and plist.fill_value_defined() == h5py.h5d.FILL_VALUE_USER_DEFINED
     )
+
+
+def given_hdf5_file(dataset: Any, names: list[str]) -> str | None:
+    """The local netCDF4/HDF5 file that the variables ``names`` of a Dataset opened
+    by the caller (``xr.open_dataset``, engine netcdf4 or h5netcdf, dask or not) read
+    untransformed, for the chunk reader; ``None`` (xarray reads them) unless the
+    Dataset's ``source`` is that file and every variable is its root group's
+    variable of the same name, untouched (see
+    :func:`.zarrchunks.untouched_backend_array`: whole, not loaded, not decoded by
+    xarray, so that wxstats decodes it as for the path)."""
+    from wxstats.sources.xarray.open import is_url
+    from wxstats.sources.xarray.zarrchunks import untouched_backend_array
+
+    source = dataset.encoding.get("source")  # the path xarray opened
+    if not isinstance(source, str) or is_url(source) or not is_hdf5(source):
+        return None
+    try:
+        files = set()
+        for name in names:
+            wrapper = untouched_backend_array(dataset.variables[name])
+            kind = type(wrapper).__name__
+            if kind not in ("NetCDF4ArrayWrapper", "H5NetCDFArrayWrapper"):
+                return None
+            store = wrapper.datastore
+            if wrapper.variable_name != name or store._group not in (None, "", "/"):
+                return None
+            if store.is_remote:
+                return None
+            files.add(os.path.realpath(store._filename))
+    except (AttributeError, TypeError, ValueError, KeyError):  # other xarray internals
+        return None
+    path = os.path.realpath(source)
+    return path if files == {path} else None

@@ -55,8 +55,9 @@ def given_dataset(dataset: Any) -> Any:
     file, ``open_mfdataset`` with ``preprocess``, dask-backed or in memory); ``None``
     for a path. Its values are read through xarray, a block at a time
     (``.isel(time=...).values``: dask computes each block's slab), unless they are a
-    local zarr store's untransformed (then chunk by chunk, the same values:
-    :func:`.zarrchunks.given_zarr_store`), and taken as they come: what xarray
+    local zarr store's or one local netCDF4/HDF5 file's untransformed (then chunk by
+    chunk, the same values: :func:`.zarrchunks.given_zarr_store`,
+    :func:`.hdf5chunks.given_hdf5_file`), and taken as they come: what xarray
     decoded (``mask_and_scale``: float32 from packed int16) is not decoded again,
     whereas a path's packed integers are decoded in float64 here."""
     if isinstance(dataset, (str, os.PathLike)):

@@ -140,6 +140,8 @@ class ZarrChunkReader(ChunkReader):
 
 _PASSTHROUGH = ("MemoryCachedArray", "CopyOnWriteArray", "ImplicitToExplicitIndexingAdapter")
 """xarray's wrappers of a lazily opened array that hand its values on unchanged."""
+_BACKEND_ARRAYS = ("ZarrArrayWrapper", "NetCDF4ArrayWrapper", "H5NetCDFArrayWrapper")
+"""xarray's arrays of a backend's stored variable, read lazily."""
 _DECODED_BY_XARRAY = ("scale_factor", "add_offset", "_Unsigned", "missing_value")
 """Encoding keys that mean xarray changed the stored values while decoding them."""
 
@@ -165,8 +167,11 @@ def given_zarr_store(dataset: Any, names: list[str]) -> str | None:
 def _local_root(var: Any, name: str) -> str | None:
     """The folder of the local zarr store whose array ``name`` ``var`` (an
     ``xarray.Variable``) holds untransformed, else ``None``."""
-    arr = _zarr_array(var._data)
-    if arr is None or _decoded(var) or arr.path.strip("/") != name:
+    wrapper = untouched_backend_array(var)
+    if type(wrapper).__name__ != "ZarrArrayWrapper":
+        return None
+    arr = getattr(wrapper, "_array", None)
+    if arr is None or arr.path.strip("/") != name:
         return None
     if tuple(arr.shape) != tuple(var.shape) or np.dtype(arr.dtype) != var.dtype:
         return None
@@ -174,6 +179,20 @@ def _local_root(var: Any, name: str) -> str | None:
     if type(arr.store).__name__ != "LocalStore" or root is None:
         return None
     return os.path.realpath(root)
+
+
+def untouched_backend_array(var: Any) -> Any:
+    """The backend array (xarray's ``ZarrArrayWrapper``, ``NetCDF4ArrayWrapper`` or
+    ``H5NetCDFArrayWrapper``) that the ``xarray.Variable`` ``var`` holds untransformed:
+    whole, not loaded, no dask layer beyond ``from_array``, in its stored shape and
+    dtype and not decoded by xarray; else ``None``. The chunk readers read such a
+    variable from its file or store, as a path would be read."""
+    wrapper = _backend_array(var._data)
+    if wrapper is None or _decoded(var):
+        return None
+    if tuple(wrapper.shape) != tuple(var.shape) or np.dtype(wrapper.dtype) != var.dtype:
+        return None
+    return wrapper
 
 
 def _decoded(var: Any) -> bool:
@@ -187,13 +206,13 @@ def _decoded(var: Any) -> bool:
     return fill is not None and not (np.asarray(fill).dtype.kind == "f" and np.isnan(fill))
 
 
-def _zarr_array(data: Any) -> Any:
-    """The zarr array under xarray's lazy wrappers of ``data`` (see
-    :func:`given_zarr_store`), or ``None`` for anything else."""
+def _backend_array(data: Any) -> Any:
+    """The backend array under xarray's lazy wrappers of ``data`` (see
+    :func:`untouched_backend_array`), or ``None`` for anything else."""
     for _ in range(16):
         kind = type(data).__name__
-        if kind == "ZarrArrayWrapper":
-            return getattr(data, "_array", None)
+        if kind in _BACKEND_ARRAYS:
+            return data
         if hasattr(data, "dask"):  # dask: only from_array of the backend array, as opened
             data = _dask_source(data)
         elif kind == "LazilyIndexedArray":
