@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.xarray.blocks import (
@@ -32,10 +32,8 @@ from wxstats.sources.xarray.blocks import (
     read_static,
     shared_steps,
 )
-from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
-from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5
 from wxstats.sources.xarray.layout import (
     Variable,
     check_pool,
@@ -46,9 +44,7 @@ from wxstats.sources.xarray.layout import (
 from wxstats.sources.xarray.open import (
     GIVEN,
     GIVEN_DECODING,
-    first_line,
     given_dataset,
-    is_url,
     is_zarr,
     open_parts,
     output_stem,
@@ -67,7 +63,10 @@ from wxstats.sources.xarray.timeaxis import (
     where_in,
 )
 from wxstats.sources.xarray.weights import grid_weights, weight_field
-from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, given_zarr_store
+from wxstats.storage.chunks import ChunkReader, SlabRequest
+from wxstats.storage.hdf5chunks import Hdf5ChunkReader, is_hdf5
+from wxstats.storage.urls import is_url
+from wxstats.storage.zarrchunks import ZarrChunkReader, given_zarr_store
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
 

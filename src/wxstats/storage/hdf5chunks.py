@@ -32,7 +32,7 @@ try:  # ISA-L's inflate: the same bytes as zlib's, ~1.8x its speed here; release
 except ImportError:  # a platform without its wheels (see pyproject.toml)
     inflate, InflateError = zlib.decompress, zlib.error
 
-from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
 _DECODED_FILTERS = {_DEFLATE, _SHUFFLE}
