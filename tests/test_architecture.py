@@ -10,9 +10,8 @@ statistics files, writers nothing of the datasets' file layouts. ``parallel``
 (the distributed runner) and ``storage`` (chunked reading of zarr/HDF5, local
 or fsspec) stand on core alone: ranks never need a source, and the chunk
 readers never know which source points them at an array; ``io`` needs neither.
-The package
-root (``wxstats/__init__.py``, ``__main__.py``) is the public face and may
-import anything. Imports inside functions count as much as those at the top.
+The package root (``wxstats/__init__.py``, ``__main__.py``) is the public face
+and may import anything. Imports inside functions count as much as those at the top.
 """
 
 from __future__ import annotations
@@ -191,3 +190,154 @@ def test_the_checker_sees_a_planted_violation(tmp_path):
     found = _imports(bad, "wxstats.core.planted")
     assert found == {"wxstats.cli", "wxstats.runtime.run"}
     assert _layer("wxstats.cli") not in ALLOWED["core"]
+
+
+# -- what each layer knows: core is pure computation, the engine only orchestrates --
+
+PROCESS_MODULES = {"gc", "ctypes", "resource", "signal"}
+"""Modules whose use tunes or steers the whole process (the collector, glibc's
+mallopt, limits, signal handlers): the command's business (``cli/process.py``)."""
+PROCESS_CALLS = {"freeze", "set_threshold", "mallopt", "putenv", "unsetenv"}
+SHARED_MAPPINGS = {("sys", "modules"), ("os", "environ")}
+"""Process-wide mappings core may read but never change."""
+MUTATORS = {"setdefault", "pop", "popitem", "update", "clear", "__setitem__", "__delitem__"}
+CORE_NUMERICS = {"Block", "restrict", "group_runs", "cell_reference", "add_steps", "add_block"}
+"""Names whose home is core (the numbers of a block): the engine imports them."""
+
+
+def _shared_mapping(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and (node.value.id, node.attr) in SHARED_MAPPINGS
+    )
+
+
+def _process_settings(tree: ast.AST) -> list[str]:
+    """What in ``tree`` imports a process-tuning module, calls a process setting or
+    changes ``sys.modules``/``os.environ`` (by line)."""
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            found += [f"{line}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] in PROCESS_MODULES]  # fmt: skip
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            if (node.module or "").split(".")[0] in PROCESS_MODULES:
+                found.append(f"{line}: from {node.module} import ...")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in PROCESS_CALLS:
+                found.append(f"{line}: {node.func.attr}()")
+            elif node.func.attr in MUTATORS and _shared_mapping(node.func.value):
+                found.append(f"{line}: {ast.unparse(node.func)}()")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and _shared_mapping(target.value):
+                    found.append(f"{line}: {ast.unparse(target)} changed")
+    return found
+
+
+def test_core_sets_nothing_process_wide_and_the_engine_leaves_numbers_to_core():
+    """Core is pure computation (its package docstring says so): no module of it
+    pauses the collector, calls mallopt, handles signals or edits ``sys.modules``
+    or ``os.environ``; such settings are the command's, offered to core as hooks
+    (``kernel_choice.BEFORE_NUMBA``). ``runtime/engine.py`` orchestrates: it
+    imports numpy for type hints only and defines none of core's numerics."""
+    wrong = []
+    for module, path in MODULES.items():
+        if _layer(module) == "core":
+            tree = ast.parse(path.read_text(), str(path))
+            wrong += [f"{module}:{hit}" for hit in _process_settings(tree)]
+    assert not wrong, "process settings in core:\n" + "\n".join(wrong)
+
+    engine = ast.parse(MODULES["wxstats.runtime.engine"].read_text())
+    typing_only = {
+        id(n)
+        for block in ast.walk(engine)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for n in ast.walk(block)
+    }
+    numpy_at_run_time = [
+        node.lineno
+        for node in ast.walk(engine)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and id(node) not in typing_only
+        and any(a.name.split(".")[0] == "numpy" for a in node.names)
+        | ((getattr(node, "module", None) or "").split(".")[0] == "numpy")
+    ]
+    assert not numpy_at_run_time, f"runtime/engine.py imports numpy at lines {numpy_at_run_time}"
+    defined = {
+        n.name
+        for n in ast.walk(engine)
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+    }
+    assert not defined & CORE_NUMERICS, f"core's numerics in the engine: {defined & CORE_NUMERICS}"
+
+
+def test_the_process_checker_sees_planted_settings():
+    """The reader of process settings finds each kind (so the test above can fail)."""
+    planted = ast.parse(
+        "import gc\nimport ctypes.util\nimport sys, os\n"
+        "def f():\n    from gc import freeze\n    gc.freeze()\n    lib.mallopt(1, 2)\n"
+        "    sys.modules['x'] = None\n    del sys.modules['x']\n"
+        "    sys.modules.setdefault('dask', None)\n    os.environ['A'] = '1'\n"
+        "    ok = 'x' in sys.modules and sys.modules.get('y') and os.environ.get('Z')\n"
+    )
+    found = _process_settings(planted)
+    assert sorted(int(hit.split(":")[0]) for hit in found) == [1, 2, 5, 6, 7, 8, 9, 10, 11]
+
+
+def _kind_tests(path: Path) -> list[str]:
+    """Where ``path`` branches on a kind of data's label or reaches past the
+    source protocol: a comparison (``==``, ``!=``, ``in``, ``is``) of an
+    ``X.kind`` that is not a dtype's, or of an ``X["kind"]``; a ``getattr(source``."""
+    tree = ast.parse(path.read_text(), str(path))
+    name = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                of_dtype = "dtype" in ast.unparse(side)
+                attr = isinstance(side, ast.Attribute) and side.attr == "kind" and not of_dtype
+                key = isinstance(side, ast.Subscript) and ast.unparse(side.slice) == "'kind'"
+                if attr or key:
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and "source" in ast.unparse(node.args[0])
+        ):
+            found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_sources_know_their_kinds():
+    """Runtime and tools ask a source's capabilities and use its protocol
+    (:mod:`wxstats.sources.base`); only ``sources/`` maps a kind's label to
+    what it supports (the label stays for messages and the statistics file)."""
+    found = [
+        hit
+        for module, path in MODULES.items()
+        if _layer(module) != "sources"
+        for hit in _kind_tests(path)
+    ]
+    assert not found, "kind tests or getattr on a source outside sources/:\n" + "\n".join(found)
+
+
+def test_the_kind_checker_sees_planted_tests(tmp_path):
+    """The checker finds each way of testing a kind (so the test above can fail),
+    and lets a dtype's kind be."""
+    bad = tmp_path / "planted.py"
+    bad.write_text(
+        '"""x"""\n\n\ndef f(source, state, a):\n'
+        '    if source.kind == "anemoi":\n        pass\n'
+        '    if "xarray" != self.source.kind:\n        pass\n'
+        '    if state.identity["kind"] in ("npyfilesmeps",):\n        pass\n'
+        '    if getattr(source, "is_mdp", False):\n        pass\n'
+        '    if a.dtype.kind == "f" or np.dtype(a).kind in "iu":\n        pass\n'
+    )
+    found = _kind_tests(bad)
+    assert [hit.split(":")[1] for hit in found] == ["5", "7", "9", "11"], found

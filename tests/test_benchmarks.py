@@ -177,3 +177,68 @@ def test_bench_threads_prints_a_row_per_format_and_thread_count(tmp_path):
         assert float(printed[5]) == pytest.approx(row["command_s"], abs=6e-4)
         assert (printed[7] == "-") == (row["nproc_s"] is None)
     assert not list((tmp_path / "data").iterdir())  # what it wrote is removed without --keep
+
+
+def test_bench_cold_prints_limit_cold_and_warm_for_each_format(tmp_path):
+    text = _run("bench_cold.py", *("--gb", "0.01", "--grid", "20", "30", "--repeat", "2"),
+                "--dir", str(tmp_path / "data"), cwd=tmp_path)  # fmt: skip
+    for title in ("MEPS (npy):", "zarr (zstd):", "netCDF4 (uncompressed):"):
+        block = text.split(title)[1].split("overlap")[0]
+        for row in ("cold limit (pread + decompress)", "wxstats cold (in-process)",
+                    "wxstats warm (the compute bound)"):  # fmt: skip
+            match = re.search(re.escape(row) + r"\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) s", block)
+            assert match, text
+            low, mid, high = map(float, match.groups())
+            assert 0 <= low <= mid <= high, text
+        assert re.search(r"wxstats cold / cold limit: [0-9.]+ \(medians\)", block), text
+
+
+def test_cold_limit_reads_every_byte_and_decodes_every_chunk(tmp_path, monkeypatch):
+    """The limit reads each byte once: its pieces tile every file of the dataset
+    (what ``os.stat`` says), and a zarr store's chunks decode to the array's
+    values (zarr's own reading)."""
+    import numpy as np
+    import zarr
+
+    monkeypatch.setattr("sys.path", [str(BENCHMARKS), *sys.path])
+    import bench_cold
+
+    store = tmp_path / "s.zarr"
+    values = np.arange(6 * 5 * 4, dtype=np.float32).reshape(6, 5, 4)
+    arr = zarr.create_array(store, name="t", shape=values.shape, chunks=(1, 5, 4), dtype="f4")
+    arr[:] = values
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(256)) * ((2 * bench_cold.PIECE + 1000) // 256))
+    for root in (store, big):
+        pieces = bench_cold.pieces_of(root)
+        for path in bench_cold.all_files(root):
+            spans = sorted((off, n) for p, off, n, _ in pieces if p == path)
+            assert [o for o, _ in spans] == [
+                sum(n for _, n in spans[:i]) for i in range(len(spans))
+            ]
+            assert sum(n for _, n in spans) == path.stat().st_size
+    decoded = [
+        np.frombuffer(codec.decode(p.read_bytes()), "f4")
+        for p, _, _, codec in bench_cold.pieces_of(store)
+        if codec is not None
+    ]
+    assert len(decoded) == 6
+    assert sorted(float(d.sum()) for d in decoded) == sorted(values.sum(axis=(1, 2)).tolist())
+    assert bench_cold.cold_limit(store, 2) > 0
+
+
+def test_bench_large_prints_steady_throughput_and_peak_memory(tmp_path):
+    text = _run("bench_large.py", *("--sizes", "0.01", "0.02", "--base-times", "1"),
+                *("--grid", "20", "30", "--repeat", "1", "--dir", str(tmp_path)),
+                cwd=tmp_path)  # fmt: skip
+    rows = re.findall(
+        r"^\s+([0-9.]+)\s+(\d+) \|\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) s \|\s+(\S+)\s+(\S+) \|"
+        r"\s+(\d+)\s+(\S+)$",
+        text,
+        re.M,
+    )
+    assert len(rows) == 3, text  # the tiny datastore, then each size
+    assert [r[5] for r in rows][0] == "-" and rows[1][8] == "1.00x", text
+    assert int(rows[2][1]) > int(rows[1][1]) and float(rows[2][0]) > float(rows[1][0]), text
+    assert all(int(r[7]) > 0 for r in rows), text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("wxstats-large-")]

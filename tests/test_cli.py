@@ -127,17 +127,24 @@ def test_a_full_disk_while_writing_leaves_the_previous_outputs_intact(
     static = meps_copy.parent / "static"
     assert main(["compute", str(meps_copy), "--quiet"]) == 0
     before = {p.name: p.read_bytes() for p in static.iterdir()}
-    real_save = torch.save
+    from wxstats.io.formats import neurallam
+
+    real_writer = neurallam._tensor_writer
     calls = []
 
-    def filling_the_disk(obj, f, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:  # the third .pt file: half written, then the disk is full
-            f.write(b"half a tensor")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, f, *args, **kwargs)
+    def filling_the_disk(values):
+        write = real_writer(values)
 
-    monkeypatch.setattr(torch, "save", filling_the_disk)
+        def half_then_full(path):
+            calls.append(1)
+            if len(calls) == 3:  # the third .pt file: half written, then the disk is full
+                path.write_bytes(b"half a tensor")
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write(path)
+
+        return half_then_full
+
+    monkeypatch.setattr(neurallam, "_tensor_writer", filling_the_disk)
     assert main(["compute", str(meps_copy), "--quiet", "--overwrite", "--step-length", "1"]) == 2
     err = capsys.readouterr().err
     assert "diff_mean.pt: no space left on " in err and "Nothing was written or replaced" in err
@@ -237,8 +244,9 @@ def test_the_command_skips_numbas_blas_probe_and_leaves_scipy_usable(tmp_path):
     )
     script = f"""
 import os, sys, numpy as np
-from wxstats.core import kernel_choice, kernels
-kernel_choice.NUMBA_WITHOUT_BLAS = True
+from wxstats.cli import process
+from wxstats.core import kernels
+process.tune_for_one_command()  # what the command's process takes (wxstats.cli.console)
 a = np.ones((2, 40000, 4), np.float32)
 kernels.block_sums(kernels.Block(a, np.arange(4), (0, 2)))
 print("probe imported:", os.path.exists({str(marker)!r}))

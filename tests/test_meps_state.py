@@ -204,3 +204,19 @@ def test_outputs_neural_lam_cannot_load_are_refused(stores, tmp_path, capsys):
     assert_refused(capsys, tmp_path, ["merge", a, b], "--output-dir")
     update = ["update", a, str(full), "--output", str(tmp_path / "s.nc")]
     assert_refused(capsys, tmp_path, update, "--output-dir")
+
+
+def test_a_zarr_dataset_cannot_update_a_datastores_state(stores, tmp_path):
+    """A state of samples grows only with samples: data whose states cover
+    time ranges is refused before anything is read, naming both kinds."""
+    from gridded_data import gridded, write_zarr
+
+    from wxstats.core.errors import WxstatsError
+    from wxstats.runtime.grow import Growth
+    from wxstats.sources.xarray import XarraySource
+
+    root = stores[0]
+    zarr = write_zarr(gridded(n_time=6)[0], tmp_path / "g.zarr")
+    growth = Growth(None, State.read(str(root / "a.wxstate")))
+    with pytest.raises(WxstatsError, match="kind of data xarray, the state's npyfilesmeps"):
+        growth.check(XarraySource(str(zarr)), skipna=False)

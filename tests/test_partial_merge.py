@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from reference import two_pass
 from wxstats.core.accumulator import StreamMoments
-from wxstats.core.kernels import Block, block_sums, restrict
+from wxstats.core.blocks import Block, restrict
+from wxstats.core.kernels import block_sums
 
 LAGS = (1, 2)
 
@@ -139,3 +140,27 @@ def test_a_block_restricted_to_any_steps_and_to_the_rest_merges_to_the_whole(see
     whole = StreamMoments.create(2, LAGS)
     whole.add(block_sums(whole_block))
     assert _bytes(merged) == _bytes(whole)
+
+
+def test_a_step_whose_sampled_points_are_all_missing_takes_its_first_finite_value():
+    """Step 3 of channel 0 is NaN at every sampled grid point (a masked region
+    where the reference looks) but finite elsewhere: its reference comes from its
+    own first finite value, the pieces still merge to the whole, and the result
+    is the float64 reference's."""
+    from wxstats.core.kernels import step_references
+    from wxstats.core.unit_reference import sample_positions
+
+    rng = np.random.default_rng(11)
+    a = 1000.0 + rng.standard_normal((8, 1000, 2))
+    at = sample_positions(1000)
+    a[3, at, 0] = np.nan
+    whole = _piece(a, 0, 8, None)
+    parts = [_piece(a, 0, 3, None), _piece(a, 3, 5, None), _piece(a, 5, 8, None)]
+    assert _bytes(_merge_tree(parts, [1])) == _bytes(whole)
+    refs = step_references(Block(a, np.arange(2), (0, 8), {1: (1, 8)}))
+    first = a[3, np.flatnonzero(np.isfinite(a[3, :, 0]))[0], 0]
+    assert refs.shift[3, 0] == first
+    assert refs.diff_shift[1][3, 0] == a[3, 1, 0] - a[2, 1, 0]  # point 0 is sampled (NaN), 1 is not
+    mean, std = whole.values.extract()
+    x = a[:, :, 0][np.isfinite(a[:, :, 0])]
+    np.testing.assert_allclose([mean[0], std[0]], [x.mean(), x.std()], rtol=1e-13)

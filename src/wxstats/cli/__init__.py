@@ -108,11 +108,9 @@ def console() -> int:
     # numpy's OpenBLAS threads spin after any BLAS call (1.6 % of a run's CPU);
     # wxstats' sums use no BLAS. Set before numpy is first imported.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from wxstats.core import kernel_choice, machine
+    from wxstats.cli import process
 
-    machine.tune_for_one_command()
-
-    kernel_choice.NUMBA_WITHOUT_BLAS = True  # numba's BLAS probe imports scipy.linalg (see there)
+    process.tune_for_one_command()  # memory reuse, the collector, numba's BLAS probe
     # torch's C++ warnings (a peer's socket closed, with a C++ stack) would bury the
     # one line wxstats says about it; its errors still show
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")

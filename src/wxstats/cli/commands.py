@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 
+from wxstats.cli import process
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.options import ComputeOptions
 
@@ -49,7 +50,7 @@ def run_compute(options: ComputeOptions) -> int:
             print(f"wxstats: error: {exc}", file=sys.stderr, flush=True)
             return 2
         threads = options.threads or found.default_threads()
-    outcome = execute(options, world, threads)
+    outcome = execute(options, world, threads, after_start_up=process.end_of_start_up)
     if outcome.stats is not None:
         from wxstats.parallel.progress import plural
         from wxstats.tools.report import format_table

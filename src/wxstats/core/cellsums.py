@@ -17,7 +17,12 @@ over the first time step; beyond it :class:`CellRangeError`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
+
+from wxstats.core.blocks import Block
+from wxstats.core.stats import StreamSpec
 
 FRACTION_BITS = 32
 LIMIT_BITS = 20
@@ -52,6 +57,22 @@ def cell_reference(rows: np.ndarray, n_features: int) -> tuple[np.ndarray, np.nd
     return np.tile(shift, reps), np.tile(scale, reps)
 
 
+def cell_references(
+    specs: Sequence[StreamSpec], blocks: Mapping[str, Block]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The fixed point of each stream that sums per grid point (time means): shift
+    and scale from the first time step of its reference block (``blocks``), the
+    same on every rank, in every run over the same data."""
+    out = {}
+    for spec in specs:
+        if not spec.cell_grid_points:
+            continue
+        block = blocks[spec.name]
+        rows = np.asarray(block.array[block.value_range[0] : block.value_range[1]])
+        out[spec.name] = cell_reference(rows[:, :, block.channels], len(spec.features))
+    return out
+
+
 def add_steps(cells: np.ndarray, rows: np.ndarray, shift: np.ndarray, scale: np.ndarray) -> None:
     """Add the values ``rows`` (T, G, F) into ``cells`` (2, G, F) int64 limbs."""
     inverse = 1.0 / np.asarray(scale, dtype=np.float64)  # powers of two: exact
@@ -65,6 +86,17 @@ def add_steps(cells: np.ndarray, rows: np.ndarray, shift: np.ndarray, scale: np.
         sign = np.sign(q)
         cells[0] += sign * (magnitude & (_HALF - 1))
         cells[1] += sign * (magnitude >> 32)
+
+
+def add_block(
+    cells: np.ndarray, block: Block, shift: np.ndarray, scale: np.ndarray, at: int = 0
+) -> None:
+    """Add the values ``block`` counts into ``cells``; its channels are the
+    features from ``at`` on (a climatology's group, :func:`~wxstats.core.blocks.group_runs`)
+    of the stream's reference ``shift`` and ``scale``."""
+    t0, t1 = block.value_range
+    part = slice(at, at + len(block.channels))
+    add_steps(cells, block.array[t0:t1][:, :, block.channels], shift[part], scale[part])
 
 
 def cell_means(cells: np.ndarray, steps: int, shift: np.ndarray, scale: np.ndarray) -> np.ndarray:

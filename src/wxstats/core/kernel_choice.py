@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 SMALL_BLOCK_BYTES = 256 * 2**10
@@ -32,12 +33,11 @@ KERNEL = "auto"
 _twin_spent = 0.0
 
 
-NUMBA_WITHOUT_BLAS = False
-"""Set by the ``wxstats`` command (:func:`wxstats.cli.console`), never for a
-library caller: when numba first loads its array functions it probes for a
-BLAS by importing ``scipy.linalg`` (0.15-0.3 s of every run); the kernels use
-none, so the command lets that probe fail. Only numba's own ``np.dot`` and
-friends in the same process would notice; ``scipy.linalg`` itself still imports."""
+BEFORE_NUMBA: Callable[[], None] | None = None
+"""Called once, under the loading lock, before the compiled kernel first loads
+numba: a process's own settings for that import. The ``wxstats`` command sets
+it (its process loads numba without the BLAS probe, :mod:`wxstats.cli.process`);
+a library caller's process is left as it is (``None``)."""
 _LOADING = threading.Lock()
 
 
@@ -67,14 +67,7 @@ def run_kernel(nbytes: int, *args: Any) -> None:
 
 def _compiled():
     with _LOADING:
-        probe = "scipy.linalg.cython_blas"
-        first = "numba.np.arraymath" not in sys.modules and probe not in sys.modules
-        if NUMBA_WITHOUT_BLAS and first:
-            sys.modules[probe] = None  # type: ignore[assignment]  # "not installed"
-            try:
-                import numba.np.arraymath  # noqa: F401  (its BLAS probe fails here)
-            finally:
-                if sys.modules.get(probe, 0) is None:
-                    del sys.modules[probe]
+        if BEFORE_NUMBA is not None and "wxstats.core._kernels_numba" not in sys.modules:
+            BEFORE_NUMBA()
         from wxstats.core._kernels_numba import kernel
     return kernel

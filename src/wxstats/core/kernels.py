@@ -1,8 +1,9 @@
 """One-pass per-step sums of a block: values, differences for every step, extremes.
 
-A :class:`Block` is an array ``a[t, g, c]`` (time, grid point, channel) with
-the channels to use, the time range whose values count and, for each lag
-``k``, the range of *later* times ``t`` whose pairs ``(t - k, t)`` count.
+A :class:`~wxstats.core.blocks.Block` is an array ``a[t, g, c]`` (time, grid
+point, channel) with the channels to use, the time range whose values count
+and, for each lag ``k``, the range of *later* times ``t`` whose pairs
+``(t - k, t)`` count.
 
 :func:`block_sums` runs the compiled kernel (numba, no per-element Python,
 no float64 temporaries of the sample's size). :func:`block_sums_numpy` is a
@@ -45,11 +46,12 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from wxstats.core import unit_reference
+from wxstats.core.blocks import Block
 from wxstats.core.kernel_choice import run_kernel
 
 GRID_CHUNK = 512
@@ -57,49 +59,6 @@ GRID_CHUNK = 512
 joining the time step's sum: rounding error grows with 512/m + m + G/512 + T,
 not with the number of values. A chunk of the MEPS state (18 channels,
 float32) is 36 KiB, so the chunks a difference needs stay in L2 cache."""
-
-
-@dataclass(frozen=True)
-class Block:
-    """A view of the data and what of it counts (see module docstring)."""
-
-    array: np.ndarray  # (T, G, C)
-    channels: np.ndarray  # int64 (F,) indices into C
-    value_range: tuple[int, int]
-    diff_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    groups: np.ndarray | None = None
-    """Group of each time row (a climatology, ``--by``): a row's values and the
-    differences ending at it go to the features of its group (group ``g`` of
-    ``C`` channels: features ``g*C .. g*C + C``)."""
-    weights: np.ndarray | None = None
-    """float64 (G,): the weight of each grid point (``--weights``, an area weighting):
-    sums of ``w * y``, ``w * y * y`` and of the weights themselves instead of ``y``,
-    ``y * y`` and the count."""
-    origin: str | None = None
-    """Where these values are stored (a file), when it is not the sample the
-    source describes: bad-value messages name it."""
-
-    def within(self, t0: int, t1: int) -> Block:
-        """The same block counting only rows ``[t0, t1)``: their values and the
-        differences ending at them (a difference counts at its later time), so
-        blocks of disjoint row ranges count disjoint sets of summation units."""
-
-        def cut(r: tuple[int, int]) -> tuple[int, int]:
-            a, b = max(r[0], t0), min(r[1], t1)
-            return (a, b) if a < b else (0, 0)
-
-        return replace(
-            self,
-            value_range=cut(self.value_range),
-            diff_ranges={k: cut(r) for k, r in self.diff_ranges.items()},
-        )
-
-
-def restrict(block: Block, rows: list[tuple[int, int]]) -> list[Block]:
-    """``block`` counting only the rows in ``rows`` (disjoint ``[t0, t1)``
-    ranges): one block per range, as each step is summed on its own (with its
-    own reference), the pieces give the bytes of those steps in any run."""
-    return [block.within(a, b) for a, b in rows if a < b]
 
 
 @dataclass
@@ -170,57 +129,57 @@ class StepReferences:
 
 
 def step_references(block: Block) -> StepReferences:
-    """Each counted step's reference, from its own values (or differences) alone."""
+    """Each counted step's reference, from its own values (or differences) alone;
+    the values and every lag's differences are sampled first and their references
+    taken in one call (a block holds few steps: per-call costs dominate)."""
     a = block.array
     n_t, n_g = a.shape[0], a.shape[1]
     channels = np.asarray(block.channels, dtype=np.int64)
     at = unit_reference.sample_positions(n_g)
     n_f = channels.shape[0]
-
-    def of(t0: int, t1: int, lag: int) -> tuple[np.ndarray, np.ndarray]:
-        shift, scale = np.zeros((n_t, n_f)), np.ones((n_t, n_f))
-        if t1 <= t0:
-            return shift, scale
-        later = np.asarray(a[t0:t1][:, at][:, :, channels], dtype=np.float64)
-        if lag:
-            sampled = later - np.asarray(a[t0 - lag : t1 - lag][:, at][:, :, channels], np.float64)
-            rows = _LazyDiffRows(a, channels, t0, lag)
-        else:
-            sampled, rows = later, _LazyRows(a, channels, t0)
+    ranges = {0: (max(0, block.value_range[0]), min(n_t, block.value_range[1]))}
+    ranges |= {k: (max(d0, k), min(d1, n_t)) for k, (d0, d1) in block.diff_ranges.items()}
+    pieces = [(k, t0, t1) for k, (t0, t1) in ranges.items() if t0 < t1]
+    out = {k: (np.zeros((n_t, n_f)), np.ones((n_t, n_f))) for k in ranges}
+    if pieces:
+        sampled = []
+        for k, t0, t1 in pieces:
+            later = np.asarray(a[t0:t1][:, at][:, :, channels], dtype=np.float64)
+            if k:
+                later = later - np.asarray(a[t0 - k : t1 - k][:, at][:, :, channels], np.float64)
+            sampled.append(later)
         with np.errstate(invalid="ignore", over="ignore"):
-            shift[t0:t1], scale[t0:t1] = unit_reference.references(sampled, rows)
-        return shift, scale
-
-    t0, t1 = max(0, block.value_range[0]), min(n_t, block.value_range[1])
-    shift, scale = of(t0, t1, 0)
-    diff_shift, diff_scale = {}, {}
-    for k, (d0, d1) in block.diff_ranges.items():
-        diff_shift[k], diff_scale[k] = of(max(d0, k), min(d1, n_t), k)
-    return StepReferences(shift, scale, diff_shift, diff_scale)
-
-
-class _LazyRows:
-    """``rows[u, :, f]``: the whole row of a unit, read only for the rare unit
-    without a finite sampled value."""
-
-    def __init__(self, a: np.ndarray, channels: np.ndarray, t0: int) -> None:
-        self.a, self.channels, self.t0 = a, channels, t0
-
-    def __getitem__(self, key: tuple[int, slice, int]) -> np.ndarray:
-        u, _, f = key
-        return np.asarray(self.a[self.t0 + u][:, self.channels[f]], dtype=np.float64)
+            shift, scale = unit_reference.references(
+                np.concatenate(sampled), _Rows(a, channels, pieces)
+            )
+        u = 0
+        for k, t0, t1 in pieces:
+            out[k][0][t0:t1], out[k][1][t0:t1] = shift[u : u + t1 - t0], scale[u : u + t1 - t0]
+            u += t1 - t0
+    return StepReferences(
+        *out[0], {k: v[0] for k, v in out.items() if k}, {k: v[1] for k, v in out.items() if k}
+    )
 
 
-class _LazyDiffRows(_LazyRows):
-    def __init__(self, a: np.ndarray, channels: np.ndarray, t0: int, lag: int) -> None:
-        super().__init__(a, channels, t0)
-        self.lag = lag
+class _Rows:
+    """``rows[u, :, f]``: the whole row of unit ``u`` (the values of a step, or a
+    lag's differences ending at it, in the order of ``pieces``), read only for
+    the rare unit without a finite sampled value."""
+
+    def __init__(self, a: np.ndarray, channels: np.ndarray, pieces: list) -> None:
+        self.a, self.channels, self.pieces = a, channels, pieces
 
     def __getitem__(self, key: tuple[int, slice, int]) -> np.ndarray:
         u, _, f = key
-        t, c = self.t0 + u, self.channels[f]
-        later = np.asarray(self.a[t][:, c], dtype=np.float64)
-        return later - np.asarray(self.a[t - self.lag][:, c], dtype=np.float64)
+        c = self.channels[f]
+        for k, t0, t1 in self.pieces:
+            if u < t1 - t0:
+                later = np.asarray(self.a[t0 + u][:, c], dtype=np.float64)
+                if k:
+                    later = later - np.asarray(self.a[t0 + u - k][:, c], dtype=np.float64)
+                return later
+            u -= t1 - t0
+        raise IndexError(u)
 
 
 def in_time_order(rows: np.ndarray) -> np.ndarray:

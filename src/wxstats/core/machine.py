@@ -1,18 +1,14 @@
-"""What this machine gives the process: the CPUs it may run on, and the
-settings a process running one ``wxstats`` command takes (memory reuse, the
-garbage collector during start-up).
+"""What this machine gives the process: the CPUs it may run on.
 
-Kept in the lowest layer because both the sources (threads that fetch and
-decompress chunks) and the runtime (threads per rank) size themselves by it.
+A pure question, no setting: kept in the lowest layer because both the sources
+(threads that fetch and decompress chunks) and the runtime (threads per rank)
+size themselves by it. The settings a process running one command takes live
+with the command (:mod:`wxstats.cli.process`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 import os
-import sys
 
 
 def available_cpus() -> int:
@@ -22,48 +18,3 @@ def available_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-_LARGEST_FROM_HEAP = 32 << 20  # glibc's maximum (64-bit)
-_KEPT_FREE = 1 << 30
-_START_UP_GC_THRESHOLDS = (100_000, 50, 100)
-_paused_gc: tuple[int, int, int] | None = None  # the thresholds to restore
-
-
-def tune_for_one_command() -> None:
-    """Settings for a process that runs one ``wxstats`` command (never a
-    library caller's), each measured on a 2 GB zarr store:
-
-    - a block's slabs are MBs to tens of MB: glibc maps such allocations fresh
-      and unmaps them when freed, so every block's slab was faulted in and
-      zeroed by the kernel again (5 % of the run's CPU); now allocations up to
-      32 MB come from the heap and freed memory is kept there for the next
-      block (the peak is still what one window of blocks holds);
-    - start-up imports create some 10^5 long-lived objects that the garbage
-      collector walks again and again without freeing any (5 % of the CPU):
-      collections wait until :func:`end_of_start_up`, which freezes them.
-    """
-    global _paused_gc
-    if sys.platform.startswith("linux"):
-        try:
-            mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-        except (OSError, AttributeError, TypeError):  # not glibc
-            mallopt = None
-        if mallopt is not None:
-            mallopt(_M_MMAP_THRESHOLD, _LARGEST_FROM_HEAP)
-            mallopt(_M_TRIM_THRESHOLD, _KEPT_FREE)
-    if _paused_gc is None:
-        _paused_gc = gc.get_threshold()
-        gc.set_threshold(*_START_UP_GC_THRESHOLDS)
-
-
-def end_of_start_up() -> None:
-    """What start-up made stays (modules, the opened dataset): freeze it out of
-    the collector's walks and collect as before from here on (only where
-    :func:`tune_for_one_command` paused it)."""
-    global _paused_gc
-    if _paused_gc is not None:
-        gc.freeze()
-        gc.set_threshold(*_paused_gc)
-        _paused_gc = None

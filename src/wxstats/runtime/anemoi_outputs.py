@@ -70,7 +70,7 @@ def open_anemoi(options: ComputeOptions) -> AnemoiSource:
 
 def sidecar_path(source: Source, options: ComputeOptions) -> Path | None:
     """The sidecar store of this run (None: none)."""
-    if source.kind == "anemoi" and options.output_format == "anemoi":
+    if source.capabilities.anemoi_statistics and options.output_format == "anemoi":
         return Path(options.output)
     return None
 

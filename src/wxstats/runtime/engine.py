@@ -14,33 +14,39 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from wxstats.core import cellsums
 from wxstats.core.accumulator import RunMoments
-from wxstats.core.cellsums import CellRangeError, add_steps, cell_reference
+from wxstats.core.blocks import Block, group_runs, restrict
+from wxstats.core.cellsums import CellRangeError, add_block
 from wxstats.core.combine import NonFiniteSums
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block, BlockSums, block_sums, restrict
+from wxstats.core.kernels import BlockSums, block_sums
 from wxstats.core.stats import StreamSpec
 from wxstats.sources.base import Source
 
+if TYPE_CHECKING:  # the numbers are core's: the engine only passes arrays on
+    import numpy as np
+
+SAMPLES_AHEAD: int | None = None
+"""Samples (blocks) announced to the source's ``prefetch`` beyond the one being
+handed out; ``None``: one per thread (with threads, up to ``2 * threads`` more
+are queued or computing, so the hints lead the kernel by 2-3 per thread).
+Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead 1 2 4``, two
+runs, medians of 3, docs/benchmarks.md): 1, 2 and 4 were within each other's
+spread for MEPS (1.39-1.66 s), zarr (3.4-4.7 s) and netCDF (2.0-2.7 s), none
+better than the default in both runs; what did matter was that the hint read
+the whole sample (:mod:`wxstats.storage.readahead`)."""
+
 
 def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The fixed point of each stream that sums per grid point (time means): shift
-    and scale from the first time step of its reference block, the same on every
-    rank, in every run over the same data (:mod:`wxstats.core.cellsums`)."""
-    wanted = [spec for spec in source.streams if spec.cell_grid_points]
-    if not wanted:
+    """The fixed point of each stream that sums per grid point (time means), from
+    the source's reference blocks (:func:`wxstats.core.cellsums.cell_references`),
+    which are read only when a stream needs them."""
+    if not any(spec.cell_grid_points for spec in source.streams):
         return {}
-    blocks = source.reference_blocks()
-    out = {}
-    for spec in wanted:
-        block = blocks[spec.name]
-        rows = np.asarray(block.array[block.value_range[0] : block.value_range[1]])
-        out[spec.name] = cell_reference(rows[:, :, block.channels], len(spec.features))
-    return out
+    return cellsums.cell_references(source.streams, source.reference_blocks())
 
 
 def empty_accumulator(source: Source) -> RunMoments:
@@ -77,7 +83,8 @@ def blocks_accumulator(
     ranges (:mod:`wxstats.runtime.state`). Every time step is summed with its
     own reference, so the result depends on the blocks' data alone. A stream
     may have several blocks (a sample restricted to the steps a checkpoint
-    lacks, :func:`sample_blocks`)."""
+    lacks, :func:`sample_blocks`), a climatology's block is summed in runs of
+    one group (:func:`~wxstats.core.blocks.group_runs`)."""
     acc = RunMoments.create(specs, cell_refs)
     for spec in specs:
         given = blocks.get(spec.name, [])
@@ -88,16 +95,8 @@ def blocks_accumulator(
             _refuse_bad_values(here, spec, sums, skipna, at)
             stream = acc.streams[spec.name]
             if stream.cells is not None and stream.cell_reference is not None:
-                t0, t1 = block.value_range
-                shift, scale = stream.cell_reference
-                part = slice(at, at + len(block.channels))
                 try:
-                    add_steps(
-                        stream.cells,
-                        block.array[t0:t1][:, :, block.channels],
-                        shift[part],
-                        scale[part],
-                    )
+                    add_block(stream.cells, block, *stream.cell_reference, at)
                 except CellRangeError:
                     raise InputError(
                         f"{here}: variable(s) {', '.join(spec.features)}: values more than "
@@ -115,31 +114,6 @@ def blocks_accumulator(
     return acc
 
 
-def group_runs(block: Block) -> list[tuple[Block, int]]:
-    """A block as (block, first feature) pieces: itself, or for a climatology
-    (``block.groups``) one piece per run of time rows of one group, each
-    counting its rows' values and the differences ending at them. Every time
-    step is summed on its own either way (the zarr/netCDF summation unit), so
-    cutting changes no bit."""
-    if block.groups is None:
-        return [(block, 0)]
-    ranges = [r for r in (block.value_range, *block.diff_ranges.values()) if r[0] < r[1]]
-    lo = min((a for a, _ in ranges), default=0)
-    hi = max((b for _, b in ranges), default=0)
-    width = len(block.channels)
-    out = []
-    t = lo
-    while t < hi:
-        g = block.groups[t]
-        end = t + 1
-        while end < hi and block.groups[end] == g:
-            end += 1
-        piece = replace(block.within(t, end), groups=None)
-        out.append((piece, int(g) * width))
-        t = end
-    return out
-
-
 Steps = dict[str, list[tuple[int, int]]]
 """Absolute time steps ``[start, stop)`` by unit
 (see :class:`~wxstats.sources.base.SampleSteps`)."""
@@ -149,7 +123,7 @@ def sample_blocks(
     source: Source, index: int, steps: Steps | None = None
 ) -> dict[str, Block] | dict[str, list[Block]]:
     """The blocks of sample ``index``; with ``steps``, each stream's block
-    restricted to those steps (:func:`~wxstats.core.kernels.restrict`), so a
+    restricted to those steps (:func:`~wxstats.core.blocks.restrict`), so a
     sample partly summed already (a resume with another block size) adds only
     the rest."""
     blocks = source.read(index)
@@ -203,7 +177,7 @@ def accumulate(
         name: s.cell_reference for name, s in total.streams.items() if s.cell_reference is not None
     }
     indices = list(indices)
-    ahead = max(1, threads)
+    ahead = SAMPLES_AHEAD or max(1, threads)
 
     def hint(position: int) -> None:
         if position < len(indices):
@@ -215,10 +189,11 @@ def accumulate(
             if on_sample:
                 on_sample(index)
 
+    for n in range(min(ahead, len(indices))):
+        hint(n)
     if threads <= 1:
-        hint(0)
         for n, i in enumerate(indices):
-            hint(n + 1)
+            hint(n + ahead)
             merged(i, sample_accumulator(source, i, skipna, cell_refs, only.get(i)))
         return total
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="wxstats")
@@ -226,8 +201,6 @@ def accumulate(
         # keep at most 2 * threads samples in flight: bounded memory
         window = 2 * threads
         pending = []
-        for n in range(min(ahead, len(indices))):
-            hint(n)
         for n, i in enumerate(indices):
             hint(n + ahead)
             job = pool.submit(sample_accumulator, source, i, skipna, cell_refs, only.get(i))

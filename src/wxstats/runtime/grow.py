@@ -37,6 +37,7 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
+    COVERAGES,
     SampleCoverage,
     State,
     TimeCoverage,
@@ -47,7 +48,7 @@ from wxstats.runtime.state import (
     source_name,
     state_of_run,
 )
-from wxstats.sources.base import Source
+from wxstats.sources.base import Source, TimeAxisSource
 
 
 @dataclass
@@ -342,8 +343,8 @@ class Growth:
         check_source(source, what)
         base, name = self.base, source_name(source)
         if base is not None:
-            kind = base.identity["kind"]
-            if kind != source.kind:
+            kind = base.identity["kind"]  # a kind covered alike: its identity differs below
+            if type(base.coverage) is not COVERAGES.get(source.capabilities.state):
                 raise WxstatsError(
                     f"{name}: cannot update {base.name}: kind of data {source.kind}, the "
                     f"state's {kind}"
@@ -355,7 +356,7 @@ class Growth:
             if isinstance(base.coverage, TimeCoverage):
                 self._check_times(source, identity)
 
-    def _check_times(self, source: Any, identity: dict[str, Any]) -> None:
+    def _check_times(self, source: TimeAxisSource, identity: dict[str, Any]) -> None:
         """New time steps must follow the state's (earlier ones: merge)."""
         coverage = coverage_of(source)
         if self.base is not None:
@@ -371,7 +372,7 @@ class Growth:
             if source.splits[0].start > 0:  # the data holds the state's times too
                 self._check_tail(source)
 
-    def _check_tail(self, source: Any) -> None:
+    def _check_tail(self, source: TimeAxisSource) -> None:
         """``update --only-new`` on data that holds the state's times too: its
         steps before the new ones must be the state's last steps, value for value
         (else the old part changed and the state no longer describes it)."""
@@ -398,7 +399,7 @@ class Growth:
                     "changed since the state was computed; recompute the state"
                 )
 
-    def grown(self, source: Any, acc: RunMoments, skipna: bool) -> Stats:
+    def grown(self, source: Source, acc: RunMoments, skipna: bool) -> Stats:
         """The statistics after the run, keeping the state to write."""
         new = state_of_run(source, acc, skipna)
         if self.base is None:

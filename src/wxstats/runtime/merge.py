@@ -30,11 +30,12 @@ from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.state import State, TimeCoverage
+from wxstats.sources.kinds import capabilities_of
 
 
 def _neurallam(state: State) -> bool:
     """Whether ``state`` is of a neural-lam datastore (its outputs: neural-lam's files)."""
-    return state.identity["kind"] == "npyfilesmeps"
+    return capabilities_of(state.identity["kind"]).neurallam_files
 
 
 def _refuse_output_options(state: State, options: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ from wxstats.runtime.set_outputs import (
     refuse_for_folder_format,
     split_lengths,
 )
-from wxstats.sources.base import Source
+from wxstats.sources.base import NeuralLamSource, Source
 
 
 def _is_meps(dataset: str) -> bool:
@@ -243,7 +243,7 @@ def _store_values(source: Source, stats: Stats | None, min_std: float | None = N
     )
     from wxstats.io.formats.stored import check_stored, divisor_std
 
-    if not getattr(source, "is_mdp", False):
+    if not source.capabilities.mdp_store:
         raise WxstatsError(f"{source.path}: --write-into needs an mllam-data-prep zarr store")
     planned = planned_variables(source.streams)
     if stats is None:
@@ -261,7 +261,7 @@ def _store_values(source: Source, stats: Stats | None, min_std: float | None = N
     return values, planned
 
 
-def meps_static_dir(source: Source) -> Path:
+def meps_static_dir(source: NeuralLamSource) -> Path:
     """Where a MEPS run writes without ``--output-dir``: ``static/`` for the
     train split, the files neural-lam loads as its normalization; any other
     split in ``static/<split>/``, where they cannot be taken for it."""
@@ -304,7 +304,7 @@ def planned_outputs(
 ) -> dict[Path, Writer | None]:
     """The files a run writes (writers need ``stats``; ``None`` only lists paths)."""
     outputs: dict[Path, Writer | None] = {}
-    if source.kind == "npyfilesmeps":
+    if source.capabilities.neurallam_files:
         static = options.output_dir or meps_static_dir(source)
         step, flux, levels = source.step_length, source.streams[1].name, source.levels()
         weights, floor = options.level_weights, options.min_std
@@ -370,7 +370,7 @@ def prepare_outputs(source: Source, options: ComputeOptions, extra: list[Path] =
     templates = {p: (None if p.suffix == ".pt" else w) for p, w in planned.items()}
     prepared = prepare_all({**templates, **dict.fromkeys(extra)}, options.overwrite)
     try:
-        if source.kind == "anemoi":
+        if source.capabilities.anemoi_statistics:
             check_anemoi_outputs(source, options)
         elif options.write_into:
             _store_values(source, None, options.min_std)
@@ -397,10 +397,10 @@ def write_outputs(
     if prepared is None:
         prepared = prepare_outputs(source, options, list(extra or {}))
     outputs = {**planned_outputs(source, stats, options), **(extra or {})}
-    mdp_into = options.write_into and source.kind != "anemoi"
+    mdp_into = options.write_into and not source.capabilities.anemoi_statistics
     into = _store_values(source, stats, options.min_std) if mdp_into else None
     prepared.commit({p: w for p, w in outputs.items() if w is not None}, before_renames)
-    if source.kind == "anemoi":
+    if source.capabilities.anemoi_statistics:
         return list(outputs) + write_anemoi_outputs(source, stats, options)
     if into is not None:
         write_into_store(source.path, *into, mdp_attrs(stats))

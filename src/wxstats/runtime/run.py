@@ -31,7 +31,6 @@ from typing import Any
 
 from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
-from wxstats.core.machine import end_of_start_up
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Prepared
 from wxstats.parallel.job import ProgressSettings, Solo, World
@@ -224,8 +223,16 @@ def _succeed(world: World, written: list[Path]) -> None:
              + ", ".join(map(str, written)))  # fmt: skip
 
 
-def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
-    """``wxstats compute`` on this process of ``world`` (see module docstring).
+def execute(
+    options: ComputeOptions,
+    world: World,
+    threads: int,
+    *,
+    after_start_up: Callable[[], None] = lambda: None,
+) -> Outcome:
+    """``wxstats compute`` on this process of ``world`` (see module docstring);
+    ``after_start_up`` runs once the source is open and the ranks have met (the
+    command's process settings, :func:`wxstats.cli.process.end_of_start_up`).
 
     Every failure ends as one line naming this process (``rank N:`` in a job)
     and an exit status; other ranks are told, and stop at their next sample.
@@ -259,7 +266,7 @@ def execute(options: ComputeOptions, world: World, threads: int) -> Outcome:
         many = world.world_size > 1
         identity = run_identity(source, options.skipna, who="ranks") if many else {}
         world.begin(sizes, identity, replace(progress, unit=source.work_unit))
-        end_of_start_up()
+        after_start_up()
         world.raise_if_failed()
         # import the writers' libraries while the (GIL-free) kernel reads the data
         after_first = preload.after_first() if world.rank == 0 else (lambda index: None)

@@ -11,7 +11,7 @@ from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.options import ComputeOptions
-from wxstats.sources.base import Source
+from wxstats.sources.base import Source, TimeAxisSource, time_axis
 
 FOLDER_FORMATS = {"makani": ".npy files", "ace": "netCDF files"}
 """Formats writing a folder with per-grid-point time means: what their files are."""
@@ -34,7 +34,7 @@ def refuse_for_folder_format(options: ComputeOptions) -> None:
 
 
 def makani_set(
-    source: Source, stats: Stats | None, options: ComputeOptions
+    source: TimeAxisSource, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
     """makani's files: one split, fields on one 2-D grid (H, W)."""
     from wxstats.io.formats.makani import makani_files, makani_outputs
@@ -67,7 +67,7 @@ def makani_set(
 
 
 def graphcast_set(
-    source: Source, stats: Stats | None, options: ComputeOptions
+    source: TimeAxisSource, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
     """GraphCast's files hold one split and one difference step: refuse other runs
     up front, naming what to change."""
@@ -87,7 +87,7 @@ def graphcast_set(
 
 
 def ace_set(
-    source: Source, stats: Stats | None, options: ComputeOptions
+    source: TimeAxisSource, stats: Stats | None, options: ComputeOptions
 ) -> dict[Path, Writer | None]:
     """ACE's files: one split, one residual step, one field with time per variable name."""
     from wxstats.io.formats.ace import ACE_FILES, ace_outputs
@@ -113,7 +113,7 @@ def ace_set(
     return dict(ace_outputs(stats, folder, split, step, grids))
 
 
-def one_split_and_step(source: Source, fmt: str, step_word: str) -> tuple[str, int]:
+def one_split_and_step(source: TimeAxisSource, fmt: str, step_word: str) -> tuple[str, int]:
     """The one split and one difference step a format's set of files holds; else
     refused in one line saying what this run has."""
     splits, steps = [s.name for s in source.splits], source.diff_steps
@@ -128,10 +128,11 @@ def one_split_and_step(source: Source, fmt: str, step_word: str) -> tuple[str, i
 
 def split_lengths(source: Source) -> dict[str, int]:
     """Time steps per split, where the source's splits are time ranges."""
-    return {s.name: s.stop - s.start for s in getattr(source, "splits", ()) if hasattr(s, "stop")}
+    axis = time_axis(source)
+    return {s.name: s.stop - s.start for s in axis.splits} if axis is not None else {}
 
 
-def refuse_short_split(source: Source, fmt: str, files: str) -> None:
+def refuse_short_split(source: TimeAxisSource, fmt: str, files: str) -> None:
     """A set of files that a trainer loads whole (makani's, GraphCast's) needs
     the difference statistics: a split too short to have any pair of time steps
     that far apart would leave them out (makani's writer failed after the run,

@@ -2,8 +2,8 @@
 
 A :class:`State` is the exact accumulator of one split of some data, with the
 identity of the data (variables, features, units, grid, difference steps, NaN
-handling) and what of it was counted: its *coverage*, which the kind of data
-decides (:data:`COVERAGES`):
+handling) and what of it was counted: its *coverage*, which the data's
+capabilities decide (:data:`COVERAGES`):
 
 * a zarr/netCDF dataset: time ranges (:class:`TimeCoverage`), with the first
   and last ``max(diff_steps)`` time steps of each (its *edges*), as
@@ -36,7 +36,7 @@ from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
 from wxstats.runtime.identity import VERSION, first_difference, run_identity
-from wxstats.sources.base import Source
+from wxstats.sources.base import SampleSetSource, Source, TimeAxisSource, time_axis
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class TimeCoverage:
         return {k: getattr(self, k) for k in ("dtype", "first", "last", "n", "step", "ranges")}
 
     @staticmethod
-    def of_source(source: Any) -> TimeCoverage:
+    def of_source(source: TimeAxisSource) -> TimeCoverage:
         """The time steps of the one split of a run over ``source``."""
         if len(source.splits) != 1:
             names = ", ".join(s.name for s in source.splits)
@@ -100,12 +100,12 @@ class TimeCoverage:
         split = source.splits[0]
         return TimeCoverage.of_times(source.times[split.start : split.stop], source.path)
 
-    def edges(self, source: Any, reach: int) -> tuple[dict[str, np.ndarray], ...]:
+    def edges(self, source: TimeAxisSource, reach: int) -> tuple[dict[str, np.ndarray], ...]:
         """The first and last ``reach`` steps of the run's split (read now)."""
         split, n = source.splits[0], min(reach, self.n)
         return source.steps(split.start, split.start + n), source.steps(split.stop - n, split.stop)
 
-    def leave_out(self, source: Any, where: str) -> None:
+    def leave_out(self, source: TimeAxisSource, where: str) -> None:
         """An update's new time steps are chosen by its split (:func:`update_options`)."""
 
     @staticmethod
@@ -163,13 +163,13 @@ class SampleCoverage:
         return {"samples": list(self.samples)}
 
     @staticmethod
-    def of_source(source: Any) -> SampleCoverage:
+    def of_source(source: SampleSetSource) -> SampleCoverage:
         return SampleCoverage(tuple(source.sample_names))
 
-    def edges(self, source: Any, reach: int) -> tuple[dict[str, np.ndarray], ...]:
+    def edges(self, source: SampleSetSource, reach: int) -> tuple[dict[str, np.ndarray], ...]:
         return {}, {}
 
-    def leave_out(self, source: Any, where: str) -> None:
+    def leave_out(self, source: SampleSetSource, where: str) -> None:
         """Drop from ``source`` the samples counted already (an update adds the
         others); none left is refused."""
         source.leave_out(set(self.samples))
@@ -185,13 +185,10 @@ Coverage = TimeCoverage | SampleCoverage
 ``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
 
 COVERAGES: dict[str, type[TimeCoverage] | type[SampleCoverage]] = {
-    "xarray": TimeCoverage,
-    "npyfilesmeps": SampleCoverage,
+    "time ranges": TimeCoverage,
+    "samples": SampleCoverage,
 }
-"""What a state of each kind of data covers (a kind not here has no state)."""
-
-NO_STATE = {"anemoi": "an anemoi dataset's statistics are rewritten whole, over its window"}
-"""Why a kind of data has no state."""
+"""The coverage of each :attr:`~wxstats.sources.base.Capabilities.state` a source may declare."""
 
 
 def coverage_from_json(data: dict[str, Any]) -> Coverage:
@@ -385,14 +382,15 @@ def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
 
 def source_name(source: Source) -> str:
     """The data a source reads, for messages and the state's ``datasets``."""
-    return str(getattr(source, "path", None) or getattr(source, "config_path", "dataset"))
+    return str(source.path)
 
 
-def state_of_run(source: Any, acc: RunMoments, skipna: bool) -> State:
+def state_of_run(source: Source, acc: RunMoments, skipna: bool) -> State:
     """The state of a finished run over ``source`` (reads its edge time steps, if any)."""
     coverage = coverage_of(source)
     identity = identity_of(source, skipna)
     head, tail = coverage.edges(source, max(identity["diff_steps"]))
+    axis = time_axis(source)
     return State(
         identity=identity,
         specs=list(source.streams),
@@ -400,7 +398,7 @@ def state_of_run(source: Any, acc: RunMoments, skipna: bool) -> State:
         acc=acc,
         head=head,
         tail=tail,
-        weights={v.name: v.weights for v in getattr(source, "vars", ()) if v.weights is not None},
+        weights={v.name: v.weights for v in axis.vars if v.weights is not None} if axis else {},
         datasets=[[source_name(source), *coverage.bounds]],
         attrs=dict(source.attrs),
         path=source_name(source),
@@ -408,17 +406,17 @@ def state_of_run(source: Any, acc: RunMoments, skipna: bool) -> State:
 
 
 def check_source(source: Source, what: str) -> None:
-    """A state is of one split of a kind of data that has a coverage."""
-    if source.kind not in COVERAGES:
-        why = NO_STATE.get(source.kind, "it has no statistics state")
+    """A state is of one split of data whose capabilities name a coverage."""
+    if source.capabilities.state not in COVERAGES:
+        why = source.capabilities.no_state
         kinds = "zarr/netCDF datasets and neural-lam datastores"
         raise WxstatsError(f"{source_name(source)}: {what} is for {kinds} ({why})")
     coverage_of(source)  # now, not after the run: several splits, a cftime axis
 
 
 def coverage_of(source: Source) -> Coverage:
-    """What a run over ``source`` covers, as its kind of data decides."""
-    return COVERAGES[source.kind].of_source(source)
+    """What a run over ``source`` covers, as its capabilities say."""
+    return COVERAGES[source.capabilities.state].of_source(source)
 
 
 def refuse_mismatch(

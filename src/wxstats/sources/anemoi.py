@@ -34,6 +34,7 @@ from wxstats.core.kernels import Block
 from wxstats.core.stats import StreamSpec, flat_layout
 from wxstats.core.timespan import span_name, span_seconds
 from wxstats.sources.base import SampleSteps, parse_period
+from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
@@ -101,6 +102,7 @@ class AnemoiSource:
     """Blocks of dates of an anemoi dataset (see module docstring)."""
 
     kind = KIND
+    capabilities = KINDS[KIND]
     work_unit = "time block"
 
     def __init__(

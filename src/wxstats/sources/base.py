@@ -3,7 +3,10 @@
 Sources know nothing of ranks, accumulators or output files: they list
 samples, read one into :class:`~wxstats.core.kernels.Block` views (one per
 stream, declared by a :class:`~wxstats.core.stats.StreamSpec` with its
-layout), and describe a sample for error messages.
+layout), and describe a sample for error messages. What a kind of data
+supports beyond that, runtime and tools learn from its :class:`Capabilities`
+(and then use the sub-protocol they name), never from its ``kind``, which is
+a label for messages and the statistics file.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
+
+import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
@@ -34,12 +40,36 @@ class SampleSteps:
     stop: int
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a kind of data supports, by meaning (see module docstring)."""
+
+    time_splits: bool = False
+    """Samples are blocks of one time axis cut into named splits (:class:`TimeAxisSource`)."""
+    state: Literal["time ranges", "samples"] | None = None
+    """What a statistics state of it covers (:class:`SampleSetSource` for samples); None: none."""
+    no_state: str = "it has no statistics state"
+    """Why it has no state, for the one line refusing ``--state`` and ``update``."""
+    neurallam_files: bool = False
+    """A run writes neural-lam's ``static/`` files (:class:`NeuralLamSource`), not a stats file."""
+    mdp_store: bool = False
+    """An mllam-data-prep zarr store: ``--write-into`` rewrites its statistics arrays."""
+    anemoi_statistics: bool = False
+    """It holds anemoi's statistics: ``--write-into`` them, ``--format anemoi``: a sidecar store."""
+    maps_samples: bool = False
+    """``read`` maps a sample's files (checks header and size, reads no value): cheap for all."""
+
+
 class Source(Protocol):
     """An ordered list of samples (see module docstring). Every time step of a
     sample is a summation unit of its own (:mod:`wxstats.core.combine`), so how
     time steps are grouped into samples never changes a bit."""
 
     kind: str
+    """A label of the kind of data, for messages and the statistics file only."""
+    capabilities: Capabilities
+    path: str
+    """The dataset read (a store, file, glob or datastore config), for messages."""
     work_unit: str
     """What one sample is, in words for people (``sample``, ``time block``)."""
     streams: list[StreamSpec]
@@ -84,6 +114,69 @@ class Source(Protocol):
 
     def inputs(self) -> list[str]:
         """The local files and folders the source reads (outputs must not be one)."""
+        ...
+
+
+class TimeSplit(Protocol):
+    """A named split of a time axis: its steps ``[start, stop)``."""
+
+    name: str
+    start: int
+    stop: int
+
+
+class Field(Protocol):
+    """A variable of a :class:`TimeAxisSource`, as the writers of sets of files see it."""
+
+    name: str
+    has_time: bool
+    grid_dims: tuple[str, ...]
+    grid_sizes: dict[str, int]
+    feature_dims: tuple[str, ...]
+    weights: np.ndarray | None
+    """float64 (grid points,): the weight of each (``--weights``), else None."""
+
+
+class TimeAxisSource(Source, Protocol):
+    """A source whose capabilities say ``time_splits``: one time axis, cut into splits."""
+
+    times: np.ndarray
+    splits: list[TimeSplit]
+    diff_steps: tuple[int, ...]
+    vars: list[Field]
+
+    def steps(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Time steps ``[start, stop)`` of every variable with time, read now."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def time_axis(source: Source) -> TimeAxisSource | None:
+    """``source`` as a :class:`TimeAxisSource` where its capabilities say so, else None."""
+    return cast("TimeAxisSource", source) if source.capabilities.time_splits else None
+
+
+class SampleSetSource(Source, Protocol):
+    """A source whose states cover ``samples``: a split's independent, named samples."""
+
+    split: str
+    sample_names: list[str]
+
+    def leave_out(self, names: set[str]) -> None:
+        """Drop the samples of these names (counted already)."""
+        ...
+
+
+class NeuralLamSource(Source, Protocol):
+    """A source whose capabilities say ``neurallam_files``: a neural-lam datastore."""
+
+    split: str
+    step_length: int
+    static_dir: Path
+
+    def levels(self) -> list[str]:
+        """Vertical level of each variable, for ``parameter_weights.npy``."""
         ...
 
 

@@ -27,7 +27,9 @@ from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
 from wxstats.sources.base import SampleSteps, parse_period
-from wxstats.sources.npy import load_npy, npy_header, prefetch_files
+from wxstats.sources.kinds import KINDS
+from wxstats.sources.npy import load_npy, npy_header
+from wxstats.storage.readahead import prefetch_files
 
 FLUX_FIRST_STEP = 2
 """neural-lam uses the flux of the target steps only (the first two are inputs)."""
@@ -65,6 +67,7 @@ class MepsSource:
     """Samples of one split of a neural-lam MEPS datastore (see module doc)."""
 
     kind = "npyfilesmeps"
+    capabilities = KINDS[kind]
     work_unit = "sample"
 
     def __init__(
@@ -370,6 +373,11 @@ class MepsSource:
             "run": {"period": self.period, "inputs": [f[:2] for f in listing]},
             "files": {"files": listing} if files else {},
         }
+
+    @property
+    def path(self) -> str:
+        """The datastore's config file: what messages name."""
+        return str(self.config_path)
 
     # -- neural-lam specifics ---------------------------------------------
     @property

@@ -89,26 +89,3 @@ def load_npy(path: Path, expected_shape: tuple[int, ...] | None = None) -> np.nd
     if native in WIDENED_DTYPES:
         array = array.astype(WIDENED_DTYPES[native])
     return array
-
-
-def prefetch_files(paths: list[Path]) -> None:
-    """Ask the kernel to read ``paths`` ahead (``POSIX_FADV_WILLNEED``).
-
-    Returns at once; the reads happen in the background, so a cold file is in
-    the page cache by the time the kernel reaches it. A no-op where the call
-    does not exist; errors are ignored (reading the file reports them).
-    """
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)

@@ -1,5 +1,6 @@
-"""Chunked reading of stored arrays (zarr, HDF5/netCDF4, local or fsspec): the
-bytes and codecs of each chunk, shared by the xarray and anemoi sources.
+"""Reading stored arrays at the speed of the storage: zarr and HDF5/netCDF4
+chunk by chunk, local or fsspec, and read-ahead into the page cache; shared by
+the xarray, anemoi and MEPS sources.
 
-Knows nothing of sources: it reads slabs of arrays it is pointed at.
+Knows nothing of sources: it reads the arrays and files it is pointed at.
 """

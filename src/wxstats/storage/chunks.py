@@ -65,6 +65,9 @@ class ChunkedArray:
     codec: ChunkCodec | None  # None: read with read_plain
     key: Callable[[tuple[int, ...]], str]  # chunk coordinates -> the store's key
     read_plain: Callable[[tuple[slice, ...]], np.ndarray]  # the format library's slicing
+    plain_offset: int | None = None
+    """Where a contiguous, unfiltered array starts in the local file (its
+    read-ahead; ``None``: not such an array)."""
     never_written: bool = False
     """Whether a missing chunk can only be one never written, which reads as a fill
     value the writer chose (HDF5 with a fill value: nothing deletes a chunk): it is
@@ -83,7 +86,8 @@ class ChunkSource(Protocol):
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
 
-    def will_need(self, keys: list[str]) -> None: ...
+    def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
+        """Start reading these chunks, and (offset, length) ``spans`` of the file."""
 
 
 class SharedChunks:
@@ -229,12 +233,26 @@ class ChunkReader:
         delayed the first read by 0.15 s (``benchmarks/bench_startup.py``)."""
         keys = self._keys(reqs)
         if self.store.local:
-            self._fetcher.submit(self.store.will_need, list(keys))
+            self._fetcher.submit(self.store.will_need, list(keys), self._plain_spans(reqs))
             return
         with self._lock:
             if keys in self._ahead or len(self._ahead) >= BLOCKS_AHEAD:
                 return
             self._ahead[keys] = self._fetcher.submit(self.store.get_many, list(keys))
+
+    def _plain_spans(self, reqs: list[SlabRequest]) -> list[tuple[int, int]]:
+        """(offset, length) in the file of the steps of ``reqs`` that are read from
+        a contiguous array whose time axis is the first stored one (a netCDF4
+        variable memory-mapped): the kernel would otherwise fault them in page
+        by page, a few MiB of read-ahead at a time."""
+        spans = []
+        for req in reqs:
+            arr = self._array(req.name)
+            if arr.codec is not None or arr.plain_offset is None or req.order[0] != 0:
+                continue
+            row = int(np.prod(arr.shape[1:])) * arr.dtype.itemsize
+            spans.append((arr.plain_offset + req.start * row, (req.stop - req.start) * row))
+        return spans
 
     def read(self, reqs: list[SlabRequest]) -> dict[str, np.ndarray]:
         """The raw slabs of ``reqs`` (one block), keyed by variable name."""

@@ -33,6 +33,7 @@ except ImportError:  # a platform without its wheels (see pyproject.toml)
     inflate, InflateError = zlib.decompress, zlib.error
 
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.readahead import will_need
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
 _DECODED_FILTERS = {_DEFLATE, _SHUFFLE}
@@ -122,14 +123,16 @@ class Hdf5ChunkStore:
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]:
         return {key: self.get(key) for key in keys}
 
-    def will_need(self, keys: list[str]) -> None:
-        """Ask the kernel to start reading these chunks (read-ahead)."""
+    def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
+        """Ask the kernel to start reading these chunks and spans (read-ahead)."""
         if not hasattr(os, "posix_fadvise"):
             return
         for key in keys:
             entry = self.index.get(key)
             if entry is not None:
-                os.posix_fadvise(self.fd, entry[0], entry[1], os.POSIX_FADV_WILLNEED)
+                will_need(self.fd, entry[0], entry[1])
+        for offset, length in spans:
+            will_need(self.fd, offset, length)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -168,7 +171,7 @@ class Hdf5ChunkReader(ChunkReader):
         dataset = self.file[name]
         dtype = np.dtype(dataset.dtype)
         shape = tuple(dataset.shape)
-        codec, chunks, read_plain = None, shape, dataset.__getitem__
+        codec, chunks, read_plain, plain_offset = None, shape, dataset.__getitem__, None
         pipeline = _pipeline(dataset) if dtype.kind in "iuf" else None
         if dataset.chunks is not None and pipeline is not None:
             self.store.add(name, dataset, pipeline)
@@ -177,7 +180,7 @@ class Hdf5ChunkReader(ChunkReader):
             offset = dataset.id.get_offset()  # None: never written
             if offset is not None and 0 not in shape:
                 mapped = np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape)
-                read_plain = mapped.__getitem__
+                read_plain, plain_offset = mapped.__getitem__, offset
         return ChunkedArray(
             shape=shape,
             chunks=chunks,
@@ -186,6 +189,7 @@ class Hdf5ChunkReader(ChunkReader):
             codec=codec,
             key=lambda coords: chunk_key(name, coords),
             read_plain=read_plain,
+            plain_offset=plain_offset,
             never_written=_fills(dataset),
         )
 

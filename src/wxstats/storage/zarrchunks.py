@@ -15,6 +15,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.readahead import will_need
 from wxstats.storage.urls import is_url
 
 REQUESTS_IN_FLIGHT = 64
@@ -95,8 +96,9 @@ class ChunkStore:
                 out[key] = value
         return out
 
-    def will_need(self, keys: list[str]) -> None:
-        """Ask the kernel to start reading local chunk files (read-ahead)."""
+    def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
+        """Ask the kernel to start reading local chunk files (read-ahead; a zarr
+        store has no ``spans``)."""
         if not self.local or not hasattr(os, "posix_fadvise"):
             return
         for key in keys:
@@ -105,7 +107,7 @@ class ChunkStore:
             except OSError:
                 continue  # reported when it is read
             try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                will_need(fd, 0, os.fstat(fd).st_size)  # a large chunk too, in pieces
             finally:
                 os.close(fd)
 

@@ -104,9 +104,9 @@ def _refuse_unwritable(folder: Path) -> None:
         raise WxstatsError(f"{folder}: output folder is not writable ({existing})")
 
 
-def _arrays_into(source) -> list[str]:
+def _arrays_into(source: Source) -> list[str]:
     """The arrays ``--write-into`` would write (replace or add) in the dataset's store."""
-    if source.kind == "anemoi":
+    if source.capabilities.anemoi_statistics:
         from wxstats.io.formats.anemoi import OPS
 
         tendencies = [
@@ -144,7 +144,7 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     side = sidecar_path(source, options)  # an anemoi statistics store (a folder)
     paths += [side] if side is not None else []
     check_collisions(source, paths)
-    if source.kind == "anemoi":
+    if source.capabilities.anemoi_statistics:
         check_anemoi_outputs(source, options)
     for folder in sorted({p.parent for p in paths}):
         _refuse_unwritable(folder)
@@ -159,7 +159,7 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
         plan.notes.append(
             f"{len(existing)} output(s) exist: compute would refuse without --overwrite"
         )
-    if source.kind == "npyfilesmeps":
+    if source.capabilities.maps_samples:
         for index in range(len(source)):
             source.read(index)  # memory maps: every header and size checked, nothing read
     if run_measure:

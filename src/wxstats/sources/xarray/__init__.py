@@ -13,7 +13,7 @@ of ranks never change a bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
 from wxstats.sources.base import SampleSteps
+from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
@@ -98,6 +99,7 @@ class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
     kind = KIND
+    capabilities = KINDS[KIND]
     work_unit = "time block"
 
     def __init__(self, path: str | Path | Any, options: XarrayOptions | None = None) -> None:
@@ -113,6 +115,8 @@ class XarraySource:
         self.parts = along_time(opened, self.time_dim, self.path)
         first = self.parts[0].ds
         self.is_mdp = is_mdp(first)
+        if self.is_mdp:
+            self.capabilities = replace(KINDS[KIND], mdp_store=True)
         self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
         check_sorted(self.times, self.time_dim, self._where)
         self.n_times = int(self.times.shape[0])
