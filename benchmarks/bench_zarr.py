@@ -21,7 +21,7 @@ the same data as one netCDF file, uncompressed and as the Climate Data Store
 delivers ERA5 (zlib + shuffle, a step per chunk) (unless ``--no-netcdf``: the
 limit is netCDF4-python reading every variable in slabs of 8 steps and summing
 them, with the one core its lock allows; wxstats reads the file's chunks
-itself, with every core: ``sources/xarray/hdf5chunks.py``); the same store
+itself, with every core: ``storage/hdf5chunks.py``); the same store
 uploaded to moto's S3 server on localhost (unless ``--no-s3``: the limit is
 every chunk object fetched with batched ``cat`` and decompressed; wxstats reads
 ``s3://``); and the start-up: ``wxstats compute`` of a tiny store against

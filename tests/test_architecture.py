@@ -2,13 +2,16 @@
 
 The allowed order is written here once (ARCHITECTURE.md draws it):
 
-    core  <  sources, io  <  runtime  <  tools  <  cli
+    core  <  parallel, storage  <  sources, io  <  runtime  <  tools  <  cli
 
 A module may import its own layer and the layers below it. ``sources`` and
 ``io`` are side by side and never import each other: sources know nothing of
-statistics files, writers nothing of the datasets' file layouts. The package
-root (``wxstats/__init__.py``, ``__main__.py``) is the public face and may
-import anything. Imports inside functions count as much as those at the top.
+statistics files, writers nothing of the datasets' file layouts. ``parallel``
+(the distributed runner) and ``storage`` (chunked reading of zarr/HDF5, local
+or fsspec) stand on core alone: ranks never need a source, and the chunk
+readers never know which source points them at an array; ``io`` needs neither.
+The package root (``wxstats/__init__.py``, ``__main__.py``) is the public face
+and may import anything. Imports inside functions count as much as those at the top.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "wxstats"
 
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
-    "sources": {"core", "sources"},
+    "parallel": {"core", "parallel"},
+    "storage": {"core", "storage"},
+    "sources": {"core", "storage", "sources"},
     "io": {"core", "io"},
-    "runtime": {"core", "sources", "io", "runtime"},
-    "tools": {"core", "sources", "io", "runtime", "tools"},
-    "cli": {"core", "sources", "io", "runtime", "tools", "cli"},
+    "runtime": {"core", "parallel", "storage", "sources", "io", "runtime"},
+    "tools": {"core", "parallel", "storage", "sources", "io", "runtime", "tools"},
+    "cli": {"core", "parallel", "storage", "sources", "io", "runtime", "tools", "cli"},
 }
 ROOT_MODULES = {"wxstats", "wxstats.__main__"}
 MAX_LINES = 400
@@ -118,6 +123,33 @@ def test_no_import_cycles():
         if module not in state:
             visit(module)
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _reached(module: str) -> set[str]:
+    """Every wxstats module ``module`` imports, directly or through others (the
+    package root only for its version string)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for target in GRAPH.get(todo.pop(), ()):
+            if target not in seen and target != "wxstats":
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_distributed_runner_needs_no_source_and_no_format():
+    """``parallel/`` runs ranks for any computation: nothing it imports, even
+    through other modules, reads a dataset or writes a statistics file."""
+    wrong = [
+        f"{module} -> {target}"
+        for module in GRAPH
+        if _layer(module) == "parallel"
+        for target in sorted(_reached(module))
+        if _layer(target) in ("sources", "io")
+    ]
+    assert any(_layer(m) == "parallel" for m in GRAPH), "no parallel/ modules found"
+    assert not wrong, "parallel/ reaches sources or io:\n" + "\n".join(wrong)
 
 
 def _imports_argparse(path: Path) -> bool:

@@ -1,4 +1,4 @@
-"""The zarr chunk reader (sources/xarray/chunks.py): the raw values of any slab
+"""The zarr chunk reader (storage/chunks.py): the raw values of any slab
 equal xarray's (the reference, read through its own indexing), for each codec
 and layout it decodes and those it leaves to zarr; whole runs are byte-identical
 to the xarray path; missing chunk objects are never silent numbers."""
@@ -19,8 +19,8 @@ from numcodecs import Blosc
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
 from wxstats.sources.xarray import XarrayOptions, XarraySource
-from wxstats.sources.xarray.chunks import SharedChunks, SlabRequest
-from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, chunk_codec
+from wxstats.storage.chunks import SharedChunks, SlabRequest
+from wxstats.storage.zarrchunks import ZarrChunkReader, chunk_codec
 
 
 def _dataset(n_time=23):

@@ -1,4 +1,4 @@
-"""netCDF4/HDF5 files read chunk by chunk (sources/xarray/hdf5chunks.py): the raw
+"""netCDF4/HDF5 files read chunk by chunk (storage/hdf5chunks.py): the raw
 values of any slab equal HDF5's own reading (h5py, the reference) for each
 filter pipeline and storage it decodes or leaves to h5py; whole runs are
 byte-identical to the xarray path and agree with a float64 reference; chunks
@@ -17,8 +17,8 @@ from gridded_data import gridded, slab_dataset, summary_text
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
 from wxstats.sources.xarray import XarrayOptions, XarraySource
-from wxstats.sources.xarray.chunks import SlabRequest
-from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, is_hdf5, unshuffle
+from wxstats.storage.chunks import SlabRequest
+from wxstats.storage.hdf5chunks import Hdf5ChunkReader, is_hdf5, unshuffle
 
 
 def _dataset(n_time=23):
@@ -234,7 +234,7 @@ def test_zlibs_inflate_where_isal_is_missing_reads_the_same(tmp_path, monkeypatc
     same values either way, and a corrupt chunk is refused by both."""
     import zlib
 
-    import wxstats.sources.xarray.hdf5chunks as hdf5chunks
+    import wxstats.storage.hdf5chunks as hdf5chunks
 
     pytest.importorskip("isal")  # installed with wxstats on this machine
     assert hdf5chunks.inflate is not zlib.decompress

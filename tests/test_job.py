@@ -36,8 +36,8 @@ from distributed_helpers import (
 )
 
 from wxstats.cli import main
-from wxstats.runtime.devices import resolve_backend
-from wxstats.runtime.launch import (
+from wxstats.parallel.devices import resolve_backend
+from wxstats.parallel.launch import (
     Launch,
     free_port,
 )
@@ -559,7 +559,7 @@ def test_two_slurm_jobs_on_one_port_never_join_each_other(odd, odd_copy, tmp_pat
     first job must finish as if nothing happened (issue 15 item 8)."""
     from cluster import fault_hooks, fault_log, with_fault_hooks
 
-    from wxstats.runtime.launch import slurm_port
+    from wxstats.parallel.launch import slurm_port
 
     assert slurm_port(1, 0) == slurm_port(5001, 0)
     _, reference = odd

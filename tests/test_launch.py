@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from wxstats.core.errors import WxstatsError
-from wxstats.runtime.devices import check_local_devices, resolve_backend
-from wxstats.runtime.launch import (
+from wxstats.parallel.devices import check_local_devices, resolve_backend
+from wxstats.parallel.launch import (
     Launch,
     detect_launch,
     expand_nodelist,
@@ -125,7 +125,7 @@ def test_backend_and_device_choice_on_cpu(monkeypatch):
 
 def test_more_ranks_than_cpus_is_warned(meps_small, tmp_path, capsys, monkeypatch):
     from wxstats.cli import main
-    from wxstats.runtime import launch
+    from wxstats.parallel import launch
 
     monkeypatch.setattr(launch, "available_cpus", lambda: 1)
     out = tmp_path / "o"
@@ -246,7 +246,7 @@ def test_nproc_refuses_missing_gpus_before_starting_ranks(
     """Before, each rank started and said so (two lines), or rank 0 waited out the
     timeout for rank 1 that had no GPU."""
     from wxstats.cli import main
-    from wxstats.runtime import launch
+    from wxstats.parallel import launch
 
     def started(*_args, **_kwargs):
         raise AssertionError("ranks were started")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from wxstats.runtime import monitor as monitor_module
+from wxstats.parallel import monitor as monitor_module
 
 
 class Store:

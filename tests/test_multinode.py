@@ -78,7 +78,7 @@ STALL_TIMEOUT_S = 20
 """The configured timeout for silent failures (a host whose cable is pulled,
 a stopped rank, a hung read): ``--timeout`` bounds the heartbeats and is the
 floor of a rank's progress-stall limit (``max(--timeout, 4 x its slowest
-sample)``, see :mod:`wxstats.runtime.monitor`)."""
+sample)``, see :mod:`wxstats.parallel.monitor`)."""
 
 STALL_ARGS = ("--timeout", str(STALL_TIMEOUT_S))
 

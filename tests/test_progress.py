@@ -8,7 +8,7 @@ import json
 import pytest
 
 from wxstats.cli import main
-from wxstats.runtime.progress import ProgressReporter
+from wxstats.parallel.progress import ProgressReporter
 
 
 class Clock:

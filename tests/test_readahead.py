@@ -10,9 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from wxstats.sources import readahead
-from wxstats.sources.xarray.chunks import SlabRequest
-from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader
+from wxstats.storage import readahead
+from wxstats.storage.chunks import SlabRequest
+from wxstats.storage.hdf5chunks import Hdf5ChunkReader
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise")
 

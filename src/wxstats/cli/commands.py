@@ -18,9 +18,10 @@ from wxstats.runtime.options import ComputeOptions
 
 
 def run_compute(options: ComputeOptions) -> int:
-    from wxstats.runtime import launch
-    from wxstats.runtime.devices import check_local_devices
-    from wxstats.runtime.job import Job, Solo
+    from wxstats.parallel import launch
+    from wxstats.parallel.devices import check_local_devices
+    from wxstats.parallel.job import Job, Solo
+    from wxstats.runtime.identity import refuse_other_rank
     from wxstats.runtime.run import default_threads, execute
 
     found = launch.detect_launch()
@@ -39,6 +40,7 @@ def run_compute(options: ComputeOptions) -> int:
         try:
             world = Job(
                 found,
+                refuse_other_rank,
                 backend=options.backend,
                 device=options.device,
                 timeout=options.timeout,
@@ -50,7 +52,7 @@ def run_compute(options: ComputeOptions) -> int:
         threads = options.threads or found.default_threads()
     outcome = execute(options, world, threads, after_start_up=process.end_of_start_up)
     if outcome.stats is not None:
-        from wxstats.runtime.progress import plural
+        from wxstats.parallel.progress import plural
         from wxstats.tools.report import format_table
 
         for note in outcome.stats.warnings:

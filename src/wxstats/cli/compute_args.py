@@ -290,7 +290,7 @@ def add_checkpoint_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of parallel runs (see wxstats.runtime.launch and docs/parallel.md)."""
+    """Options of parallel runs (see wxstats.parallel.launch and docs/parallel.md)."""
     g = p.add_argument_group("parallel runs (also under torchrun or srun)")
     g.add_argument(
         "--nproc",

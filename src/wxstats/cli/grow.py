@@ -172,8 +172,8 @@ def run_update(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from wxstats.parallel.progress import plural
     from wxstats.runtime.merge import merge_states
-    from wxstats.runtime.progress import plural
     from wxstats.tools.report import format_table
 
     stats, written = merge_states(

@@ -24,3 +24,9 @@ class Interrupted(WxstatsError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+def first_line(exc: BaseException) -> str:
+    """A library's exception as one phrase, its type and first line, for a one-line error."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

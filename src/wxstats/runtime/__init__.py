@@ -1,5 +1,5 @@
 """Running a computation: one orchestration for any number of processes.
 
-Options, the engine of one rank, the world (one process or a distributed job),
-launchers, monitoring, checkpoints, progress.
+Options, the engine of one rank, run identities, checkpoints, states; the
+world it runs in (one process or a distributed job) is :mod:`wxstats.parallel`.
 """

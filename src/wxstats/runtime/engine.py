@@ -37,7 +37,7 @@ Measured cold on a 2-core VM (``benchmarks/bench_cold.py --ahead 1 2 4``, two
 runs, medians of 3, docs/benchmarks.md): 1, 2 and 4 were within each other's
 spread for MEPS (1.39-1.66 s), zarr (3.4-4.7 s) and netCDF (2.0-2.7 s), none
 better than the default in both runs; what did matter was that the hint read
-the whole sample (:mod:`wxstats.sources.readahead`)."""
+the whole sample (:mod:`wxstats.storage.readahead`)."""
 
 
 def cell_references(source: Source) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -26,10 +26,10 @@ from typing import Any
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import Interrupted
+from wxstats.parallel.job import Solo, World
 from wxstats.runtime.checkpoint import Checkpoint, Done
 from wxstats.runtime.engine import Steps, empty_accumulator
 from wxstats.runtime.identity import run_identity
-from wxstats.runtime.job import Solo, World
 from wxstats.sources.base import Source
 
 
@@ -82,7 +82,7 @@ def plan(source: Source, done: Done) -> Plan:
 class Resumable:
     """One rank's use of a checkpoint folder during a run (see module docstring).
 
-    ``world`` (a :class:`~wxstats.runtime.job.World`) shares rank 0's list
+    ``world`` (a :class:`~wxstats.parallel.job.World`) shares rank 0's list
     of finished samples with the other ranks.
     """
 

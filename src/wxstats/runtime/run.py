@@ -4,8 +4,8 @@
 reduce this rank's share of the samples (resuming from a checkpoint if asked),
 combine the ranks' exact sums (:meth:`World.allreduce`), round once, and on
 rank 0 write the outputs. A single process is a world of size one
-(:class:`~wxstats.runtime.job.Solo`); torchrun, Slurm and ``--nproc`` only
-decide how the world is formed (:mod:`wxstats.runtime.launch`).
+(:class:`~wxstats.parallel.job.Solo`); torchrun, Slurm and ``--nproc`` only
+decide how the world is formed (:mod:`wxstats.parallel.launch`).
 :func:`compute` is the same computation for a notebook, returning the
 statistics without writing anything.
 """
@@ -33,12 +33,12 @@ from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Prepared
+from wxstats.parallel.job import ProgressSettings, Solo, World
+from wxstats.parallel.monitor import JobStopped
 from wxstats.runtime import preload
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.grow import Growth
 from wxstats.runtime.identity import run_identity
-from wxstats.runtime.job import ProgressSettings, Solo, World
-from wxstats.runtime.monitor import JobStopped
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source, prepare_outputs, write_outputs
 from wxstats.runtime.resumable import Resumable, resume_hint

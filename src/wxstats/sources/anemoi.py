@@ -36,10 +36,10 @@ from wxstats.core.timespan import span_name, span_seconds
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
-from wxstats.sources.xarray.chunks import SlabRequest
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
-from wxstats.sources.xarray.zarrchunks import ZarrChunkReader
+from wxstats.storage.chunks import SlabRequest
+from wxstats.storage.zarrchunks import ZarrChunkReader
 
 KIND = "anemoi"
 STREAM = "data"
@@ -304,7 +304,7 @@ class AnemoiSource:
     def _read(self, r0: int, r1: int, shared: tuple = ()) -> np.ndarray:
         """Dates ``[r0, r1)`` as ``(dates, ensembles x cells, variables)``: chunk objects
         read and decompressed in a thread pool, one transposing copy
-        (:mod:`wxstats.sources.xarray.chunks`); a date never written (a missing date)
+        (:mod:`wxstats.storage.chunks`); a date never written (a missing date)
         reads as NaN."""
         raw = self._chunks.read([self._request(r0, r1, shared)])["data"]
         return raw.reshape(r1 - r0, self.n_grid, len(self.variables))

@@ -29,7 +29,7 @@ from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.npy import load_npy, npy_header
-from wxstats.sources.readahead import prefetch_files
+from wxstats.storage.readahead import prefetch_files
 
 FLUX_FIRST_STEP = 2
 """neural-lam uses the flux of the target steps only (the first two are inputs)."""

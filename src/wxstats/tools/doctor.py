@@ -16,7 +16,7 @@ from typing import Any
 
 from wxstats import __version__
 from wxstats.core.machine import available_cpus
-from wxstats.runtime.launch import detect_launch
+from wxstats.parallel.launch import detect_launch
 
 LIBRARIES = (
     "numpy",

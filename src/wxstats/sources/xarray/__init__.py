@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.kinds import KINDS
@@ -33,10 +33,8 @@ from wxstats.sources.xarray.blocks import (
     read_static,
     shared_steps,
 )
-from wxstats.sources.xarray.chunks import ChunkReader, SlabRequest
 from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
-from wxstats.sources.xarray.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
 from wxstats.sources.xarray.layout import (
     Variable,
     check_pool,
@@ -47,9 +45,7 @@ from wxstats.sources.xarray.layout import (
 from wxstats.sources.xarray.open import (
     GIVEN,
     GIVEN_DECODING,
-    first_line,
     given_dataset,
-    is_url,
     is_zarr,
     open_parts,
     output_stem,
@@ -68,7 +64,10 @@ from wxstats.sources.xarray.timeaxis import (
     where_in,
 )
 from wxstats.sources.xarray.weights import grid_weights, weight_field
-from wxstats.sources.xarray.zarrchunks import ZarrChunkReader, given_zarr_store
+from wxstats.storage.chunks import ChunkReader, SlabRequest
+from wxstats.storage.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
+from wxstats.storage.urls import is_url
+from wxstats.storage.zarrchunks import ZarrChunkReader, given_zarr_store
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
-from wxstats.sources.xarray.open import first_line
 from wxstats.sources.xarray.timeaxis import Part, Split
 
 

@@ -90,7 +90,8 @@ def stored(paths: list[str], names: list[str]) -> dict[str, Any]:
     """Where and when the data was written: ``files`` (netCDF: path, size and
     modification time; zarr or a URL: the path) and ``arrays`` (a local zarr
     store: :func:`array_fingerprints` of ``names``)."""
-    from wxstats.sources.xarray.open import is_url, is_zarr
+    from wxstats.sources.xarray.open import is_zarr
+    from wxstats.storage.urls import is_url
 
     files: list[list[Any]] = []
     arrays: dict[str, Any] = {}

@@ -10,14 +10,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.core.stats import RUN_ATTR
+from wxstats.storage.urls import is_url
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
-
-
-def is_url(text: str) -> bool:
-    return "://" in text
 
 
 def is_glob(text: str) -> bool:
@@ -34,11 +31,6 @@ def is_zarr(text: str) -> bool:
     return path.is_dir() and any(
         (path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json", ".zarray")
     )
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 GIVEN = "xarray.Dataset"

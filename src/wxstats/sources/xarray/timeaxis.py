@@ -17,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
-from wxstats.sources.xarray.open import first_line
+from wxstats.core.errors import InputError, first_line
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

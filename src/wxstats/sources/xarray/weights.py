@@ -28,11 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.sources.xarray.align import align_to, coordinate_values, coordinates_along
 from wxstats.sources.xarray.decode import decode_into, decoding
 from wxstats.sources.xarray.layout import Variable
-from wxstats.sources.xarray.open import NETCDF_SUFFIXES, first_line, is_url, open_one
+from wxstats.sources.xarray.open import NETCDF_SUFFIXES, open_one
+from wxstats.storage.urls import is_url
 
 COSLAT = "coslat"
 LATITUDE_NAMES = ("lat", "latitude", "nav_lat", "XLAT")

@@ -5,7 +5,7 @@ on all of them at once (``--nproc``: before starting any)."""
 from __future__ import annotations
 
 from wxstats.core.errors import WxstatsError
-from wxstats.runtime.launch import Launch
+from wxstats.parallel.launch import Launch
 
 
 def resolve_backend(backend: str, device: str, launch: Launch) -> tuple[str, str]:

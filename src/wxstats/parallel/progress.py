@@ -2,7 +2,7 @@
 
 A :class:`ProgressReporter` is fed either one call per finished sample
 (:meth:`advance`, in a single-process run) or the job-wide totals that all
-ranks publish (:meth:`set_done`, by rank 0's :mod:`~wxstats.runtime.monitor`).
+ranks publish (:meth:`set_done`, by rank 0's :mod:`~wxstats.parallel.monitor`).
 Modes:
 
 - ``"bar"``: a rich bar (samples, samples/s, GB/s, ETA) on a terminal; on a

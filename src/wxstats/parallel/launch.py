@@ -5,7 +5,7 @@
 * ``torchrun`` — ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``,
   ``MASTER_PORT`` (one node or many);
 * ``srun`` — ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the first
-  host of ``SLURM_JOB_NODELIST`` (:mod:`wxstats.runtime.slurm`) is the master
+  host of ``SLURM_JOB_NODELIST`` (:mod:`wxstats.parallel.slurm`) is the master
   and the port comes from the job and step ids, so that two jobs sharing a
   node do not meet; ``MASTER_ADDR``/``MASTER_PORT`` win when set.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from wxstats.core.errors import WxstatsError
 from wxstats.core.machine import available_cpus
-from wxstats.runtime.slurm import expand_nodelist, slurm_port, tasks_per_node
+from wxstats.parallel.slurm import expand_nodelist, slurm_port, tasks_per_node
 
 DEFAULT_TIMEOUT = 120.0
 """Seconds to wait for all ranks to join, for a silent rank before it is

@@ -7,7 +7,7 @@ one (no torch, nothing to exchange). :class:`Job` is a rank of a job: the
 packed fixed-size tensors are combined with ``all_reduce`` (SUM of integer
 limbs, MIN and MAX of the extremes); integer addition is exact, so the result
 is the same bits for any number of ranks. Collectives only start once the
-store shows that every rank is ready (:mod:`wxstats.runtime.monitor`), so a
+store shows that every rank is ready (:mod:`wxstats.parallel.monitor`), so a
 slow rank never trips the collective timeout. Only rank 0 writes, after every
 rank succeeded.
 """
@@ -27,12 +27,11 @@ import numpy as np
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
-from wxstats.runtime.devices import resolve_backend
-from wxstats.runtime.identity import refuse_other_rank
-from wxstats.runtime.launch import DEFAULT_TIMEOUT, Launch, check_master
-from wxstats.runtime.liveness import Liveness
-from wxstats.runtime.monitor import Monitor
-from wxstats.runtime.progress import ProgressReporter
+from wxstats.parallel.devices import resolve_backend
+from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
+from wxstats.parallel.liveness import Liveness
+from wxstats.parallel.monitor import Monitor
+from wxstats.parallel.progress import ProgressReporter
 
 
 @dataclass(frozen=True)
@@ -153,12 +152,16 @@ class Job:
     def __init__(
         self,
         launch: Launch,
+        refuse_other_rank: Callable[[dict[str, Any], dict[str, Any], int], None],
         backend: str = "auto",
         device: str = "auto",
         timeout: float = DEFAULT_TIMEOUT,
         show_progress: bool = True,
     ) -> None:
         self.launch = launch
+        self.refuse_other_rank = refuse_other_rank
+        """Raises when this rank's run identity differs from rank 0's (the caller
+        knows what a run is: a job only exchanges the identities)."""
         self.rank = launch.rank
         self.world_size = launch.world_size
         self.label = f"rank {launch.rank}: "
@@ -298,7 +301,7 @@ class Job:
         until all have: a rank started otherwise is refused, and the others stop."""
         text = json.dumps(identity, sort_keys=True, default=str).encode()
         theirs = json.loads(zlib.decompress(self.broadcast_bytes("identity", zlib.compress(text))))
-        refuse_other_rank(identity, theirs, self.rank)
+        self.refuse_other_rank(identity, theirs, self.rank)
         self.store.add("agreed", 1)
         self.monitor.wait_for("agreed", self.world_size)
 

@@ -32,8 +32,8 @@ try:  # ISA-L's inflate: the same bytes as zlib's, ~1.8x its speed here; release
 except ImportError:  # a platform without its wheels (see pyproject.toml)
     inflate, InflateError = zlib.decompress, zlib.error
 
-from wxstats.sources.readahead import will_need
-from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.readahead import will_need
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
 _DECODED_FILTERS = {_DEFLATE, _SHUFFLE}
@@ -219,8 +219,8 @@ def given_hdf5_file(dataset: Any, names: list[str]) -> str | None:
     variable of the same name, untouched (see
     :func:`.zarrchunks.untouched_backend_array`: whole, not loaded, not decoded by
     xarray, so that wxstats decodes it as for the path)."""
-    from wxstats.sources.xarray.open import is_url
-    from wxstats.sources.xarray.zarrchunks import untouched_backend_array
+    from wxstats.storage.urls import is_url
+    from wxstats.storage.zarrchunks import untouched_backend_array
 
     source = dataset.encoding.get("source")  # the path xarray opened
     if not isinstance(source, str) or is_url(source) or not is_hdf5(source):

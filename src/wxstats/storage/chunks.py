@@ -9,7 +9,7 @@ the chunks of a block are fetched as raw bytes, decompressed in a thread pool
 transposed, into its place in a ``(time, grid..., features...)`` slab: the
 layout the kernel takes. The values are the stored (raw) ones, exactly what
 ``xarray.open_dataset(mask_and_scale=False)`` gives; decoding stays in
-:mod:`.decode`.
+:mod:`wxstats.sources.xarray.decode`.
 
 Arrays a format module does not decode itself are read with the format
 library's own basic slicing. A chunk that is missing (deleted, or never
@@ -33,9 +33,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
-from wxstats.sources.xarray.open import first_line
 
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
@@ -73,7 +72,7 @@ class ChunkedArray:
     """Whether a missing chunk can only be one never written, which reads as a fill
     value the writer chose (HDF5 with a fill value: nothing deletes a chunk): it is
     decoded like written values, missing if the fill is, refused if netCDF's
-    default fill (:mod:`.decode`), else data."""
+    default fill (:mod:`wxstats.sources.xarray.decode`), else data."""
 
 
 class ChunkSource(Protocol):

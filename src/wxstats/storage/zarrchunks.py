@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
-from wxstats.sources.readahead import will_need
-from wxstats.sources.xarray.chunks import ChunkCodec, ChunkedArray, ChunkReader
-from wxstats.sources.xarray.open import first_line, is_url
+from wxstats.core.errors import InputError, first_line
+from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.readahead import will_need
+from wxstats.storage.urls import is_url
 
 REQUESTS_IN_FLIGHT = 64
 """Connections to an object store: a block's chunk objects are requested at once."""
