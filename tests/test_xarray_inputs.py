@@ -216,7 +216,7 @@ def netcdf_file(data):
 @pytest.fixture
 def hdf5_chunks_read(monkeypatch):
     """How many chunks the HDF5 chunk reader read (a spy on its store)."""
-    from wxstats.sources.xarray import hdf5chunks
+    from wxstats.storage import hdf5chunks
 
     calls = []
     real = hdf5chunks.Hdf5ChunkStore.get
