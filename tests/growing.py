@@ -72,8 +72,10 @@ def update_chain(
 
 
 def merge_states(states: Sequence[Path], out: Path, *extra: str) -> Path:
-    """``merge STATES... --output out``; returns ``out``."""
-    assert main(["merge", *map(str, states), "--output", str(out), *extra, *Q]) == 0
+    """``merge STATES... --output out`` (``--state out`` for a ``.wxstate``);
+    returns ``out``."""
+    flag = "--state" if out.suffix == ".wxstate" else "--output"
+    assert main(["merge", *map(str, states), flag, str(out), *extra, *Q]) == 0
     return out
 
 
