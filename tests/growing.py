@@ -48,11 +48,13 @@ def update_chain(
     *,
     keep_state: bool = False,
     last: Sequence[str] = (),
+    output_dir: Path | None = None,
 ) -> Path:
     """``update`` ``state`` with each of ``rest`` in turn (the states between in
     ``folder``); ``last`` adds options to the last update only. Returns the last
-    update's statistics file: ``folder/grown.nc``, or with ``keep_state`` the
-    file written beside the grown state ``folder/grown.wxstate``."""
+    update's statistics: ``folder/grown.nc``, or ``output_dir`` (a
+    datastore's files, ``--output-dir``), or with ``keep_state`` the file
+    written beside the grown state ``folder/grown.wxstate``."""
     for i, data in enumerate(rest):
         if i < len(rest) - 1:
             nxt = folder / f"grown{i}.wxstate"
@@ -64,17 +66,18 @@ def update_chain(
             assert main([*args, *last, *Q]) == 0, data
             return folder / "grown.stats.nc"
         else:
-            out = folder / "grown.nc"
-            args = ["update", str(state), str(data), "--output", str(out)]
+            out = output_dir or folder / "grown.nc"
+            flag = "--output" if output_dir is None else "--output-dir"
+            args = ["update", str(state), str(data), flag, str(out)]
             assert main([*args, *last, *Q]) == 0, data
             return out
     raise ValueError("nothing to update with")
 
 
-def merge_states(states: Sequence[Path], out: Path, *extra: str) -> Path:
-    """``merge STATES... --output out`` (``--state out`` for a ``.wxstate``);
-    returns ``out``."""
-    flag = "--state" if out.suffix == ".wxstate" else "--output"
+def merge_states(states: Sequence[Path], out: Path, *extra: str, flag: str = "") -> Path:
+    """``merge STATES... --output out`` (``--state out`` for a ``.wxstate``, or
+    ``flag``, e.g. ``--output-dir``); returns ``out``."""
+    flag = flag or ("--state" if out.suffix == ".wxstate" else "--output")
     assert main(["merge", *map(str, states), flag, str(out), *extra, *Q]) == 0
     return out
 
