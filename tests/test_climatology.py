@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 from gridded_data import gridded, write_zarr
+from growing import grow
 
 from reference import assert_close
 from wxstats.cli import main
@@ -140,11 +141,6 @@ def test_numeric_time_axis_is_refused(tmp_path, capsys):
     assert "needs datetime64 times" in capsys.readouterr().err
 
 
-def _values(path) -> dict[str, bytes]:
-    with xr.open_dataset(path) as ds:
-        return {name: ds[name].values.tobytes() for name in sorted(ds.data_vars)}
-
-
 def test_climatology_grows_byte_for_byte(store, tmp_path):
     """A state with --by month, updated twice and merged: the full run's bytes,
     the differences across the seams in their later time's month."""
@@ -154,43 +150,5 @@ def test_climatology_grows_byte_for_byte(store, tmp_path):
     for name, cut in (("a", slice(0, 17)), ("b", slice(17, 40)), ("c", slice(40, 60))):
         write_zarr(full.isel(time=cut), tmp_path / f"{name}.zarr", time_chunk=5)
     opts = ["--by", "month", "--diff-steps", "1,3", "--quiet"]
-    assert main(["compute", str(path), "--output", str(tmp_path / "full.nc"), *opts]) == 0
-    for name in "abc":
-        state = [
-            "--state",
-            str(tmp_path / f"{name}.wxstate"),
-            "--output",
-            str(tmp_path / f"{name}.nc"),
-        ]
-        assert main(["compute", str(tmp_path / f"{name}.zarr"), *state, *opts]) == 0
-    ab = tmp_path / "ab.wxstate"
-    assert (
-        main(
-            [
-                "update",
-                str(tmp_path / "a.wxstate"),
-                str(tmp_path / "b.zarr"),
-                "--state",
-                str(ab),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "update",
-                str(ab),
-                str(tmp_path / "c.zarr"),
-                "--output",
-                str(tmp_path / "u.nc"),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert _values(tmp_path / "u.nc") == _values(tmp_path / "full.nc")
-    states = [str(tmp_path / f"{n}.wxstate") for n in "cab"]
-    assert main(["merge", *states, "--output", str(tmp_path / "m.nc"), "--quiet"]) == 0
-    assert _values(tmp_path / "m.nc") == _values(tmp_path / "full.nc")
+    pieces = {name: tmp_path / f"{name}.zarr" for name in "abc"}
+    grow(path, pieces, tmp_path, opts, merge_order="cab").assert_same_bytes()

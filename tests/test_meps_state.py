@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import xarray as xr
 import yaml
+from growing import merge_states, update_chain
 from refusals import assert_refused
 
 from reference import assert_close, meps_reference
@@ -91,16 +92,14 @@ def test_a_state_covers_its_samples_and_keeps_no_edges(stores, meps_small):
 @pytest.mark.parametrize("order", ["ab", "ba"])
 def test_merge_in_either_order_is_the_full_run(stores, tmp_path, order):
     root, full, *_ = stores
-    states = [str(root / f"{x}.wxstate") for x in order]
-    assert main(["merge", *states, "--output-dir", str(tmp_path / "m"), *Q]) == 0
-    same_outputs(tmp_path / "m", full)
+    states = [root / f"{x}.wxstate" for x in order]
+    same_outputs(merge_states(states, tmp_path / "m", flag="--output-dir"), full)
 
 
 def test_merged_statistics_match_the_float64_reference(stores, tmp_path):
     root, full, *_ = stores
-    out = tmp_path / "m"
-    args = ["merge", str(root / "b.wxstate"), str(root / "a.wxstate"), "--output-dir", str(out)]
-    assert main([*args, *Q]) == 0
+    states = [root / "b.wxstate", root / "a.wxstate"]
+    out = merge_states(states, tmp_path / "m", flag="--output-dir")
     stats = read_stats(out / NETCDF_NAME)
     ref = meps_reference(full)
     assert int(stats.state.count[0]) == ref["count"]
@@ -123,14 +122,13 @@ def test_update_with_the_full_datastore_adds_only_the_new_samples(
     stores, meps_small, tmp_path, capsys
 ):
     root, full, *_ = stores
-    out, grown = tmp_path / "u", tmp_path / "ab.wxstate"
-    args = ["update", str(root / "a.wxstate"), str(full), "--output-dir", str(out)]
-    assert main([*args, "--state", str(grown), *Q]) == 0
+    grown = tmp_path / "ab.wxstate"
+    last = ["--state", str(grown)]
+    out = update_chain(root / "a.wxstate", [full], tmp_path, output_dir=tmp_path / "u", last=last)
     same_outputs(out, full)  # a sample counted twice would change every byte
     assert State.read(str(grown)).coverage.samples == tuple(names(meps_small))
     # the grown state merges like any other; all of it again is nothing to add
-    assert main(["merge", str(grown), "--output-dir", str(tmp_path / "m"), *Q]) == 0
-    same_outputs(tmp_path / "m", full)
+    same_outputs(merge_states([grown], tmp_path / "m", flag="--output-dir"), full)
     again = ["update", str(grown), str(full), "--output-dir", str(tmp_path / "x")]
     assert_refused(capsys, tmp_path, again, str(full), "already", "nothing to add")
 
@@ -141,9 +139,9 @@ def test_update_with_two_processes(stores, tmp_path, monkeypatch):
 
     root, full, *_ = stores
     monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
-    args = ["update", str(root / "b.wxstate"), str(full), "--output-dir", str(tmp_path / "u")]
-    assert main([*args, "--nproc", "2", *Q]) == 0
-    same_outputs(tmp_path / "u", full)
+    last = ["--nproc", "2"]
+    out = update_chain(root / "b.wxstate", [full], tmp_path, output_dir=tmp_path / "u", last=last)
+    same_outputs(out, full)
 
 
 def test_update_writes_the_datastores_static_files_by_default(stores, meps_small, tmp_path):

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
+from growing import merge_states
 from refusals import assert_refused
 
 from wxstats.cli import main
@@ -150,9 +151,9 @@ def test_refused_before_reading(store, tmp_path, capsys, extra, message):
 def test_a_state_keeps_the_pooling(store, tmp_path):
     """``merge`` of a state written with ``--pool`` writes the same pooled statistics."""
     path, _ = store
-    direct, state, merged = tmp_path / "d.nc", tmp_path / "s.wxstate", tmp_path / "m.nc"
+    direct, state = tmp_path / "d.nc", tmp_path / "s.wxstate"
     _run(path, direct, "--state", str(state))
-    assert main(["merge", str(state), "--output", str(merged), "--quiet"]) == 0
+    merged = merge_states([state], tmp_path / "m.nc")
     with xr.open_dataset(direct) as a, xr.open_dataset(merged) as b:
         names = [n for n in a.data_vars if n.startswith("t_pooled")]
         assert names == [n for n in b.data_vars if n.startswith("t_pooled")]

@@ -17,6 +17,7 @@ import pytest
 import xarray as xr
 from distributed_helpers import env
 from gridded_data import assert_stream_matches, gridded, reference, write_zarr
+from growing import compute_states, grow, merge_states, update_chain, values
 from refusals import assert_refused
 
 from wxstats.cli import main
@@ -47,35 +48,27 @@ def data(tmp_path_factory):
     return root, truth
 
 
-def values(path) -> dict[str, bytes]:
-    """Every statistic of a file, as float64 bytes (attributes left out: they
-    name the datasets and the run)."""
-    with xr.open_dataset(path) as ds:
-        return {name: ds[name].values.tobytes() for name in sorted(ds.data_vars)}
-
-
-def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
-    root, truth = data
-    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.wxstate"
-    assert (
-        main(
-            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
-        )
-        == 0
-    )
-    assert main(["update", str(ab), str(root / "c.nc"), "--state", str(abc), "--quiet"]) == 0
-    assert values(tmp_path / "abc.stats.nc") == values(root / "full.nc")
-    stats = read_stats(tmp_path / "abc.stats.nc")
+def matches_reference(path, truth) -> None:
+    """Every stream of the statistics file ``path`` against the float64 reference
+    over all 50 steps."""
+    stats = read_stats(path)
     for var in ("t2m", "z", "msl"):
         assert_stream_matches(
             stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
         )
+
+
+def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
+    root, truth = data
+    rest = [root / "b.zarr", root / "c.nc"]
+    grown = update_chain(root / "a.wxstate", rest, tmp_path, keep_state=True)
+    assert values(grown) == values(root / "full.nc")
+    matches_reference(grown, truth)
     # the grown state merges like any other
-    out = tmp_path / "again.nc"
-    assert main(["merge", str(abc), "--output", str(out), "--quiet"]) == 0
+    out = merge_states([tmp_path / "grown.wxstate"], tmp_path / "again.nc")
     assert values(out) == values(root / "full.nc")
     # states keep what each difference spans on the hourly axis
-    for path in (tmp_path / "abc.stats.nc", out):
+    for path in (grown, out):
         span = read_stats(path).streams["t2m__train"].diff_span
         assert span == {1: 3600, 3: 3 * 3600, 6: 6 * 3600}
 
@@ -83,51 +76,17 @@ def test_update_twice_is_the_full_run_byte_for_byte(data, tmp_path):
 @pytest.mark.parametrize("order", ["cab", "bca", "acb"])
 def test_merge_in_any_order_is_the_full_run(data, tmp_path, order):
     root, _ = data
-    out = tmp_path / "m.nc"
-    states = [str(root / f"{name}.wxstate") for name in order]
-    assert main(["merge", *states, "--output", str(out), "--quiet"]) == 0
+    out = merge_states([root / f"{name}.wxstate" for name in order], tmp_path / "m.nc")
     assert values(out) == values(root / "full.nc")
 
 
 def test_merge_of_merged_and_updated_states(data, tmp_path):
     root, _ = data
-    bc, ab = tmp_path / "bc.wxstate", tmp_path / "ab.wxstate"
-    assert (
-        main(
-            [
-                "merge",
-                str(root / "c.wxstate"),
-                str(root / "b.wxstate"),
-                "--state",
-                str(bc),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    out = tmp_path / "m.nc"
-    assert main(["merge", str(bc), str(root / "a.wxstate"), "--output", str(out), "--quiet"]) == 0
+    bc = merge_states([root / "c.wxstate", root / "b.wxstate"], tmp_path / "bc.wxstate")
+    out = merge_states([bc, root / "a.wxstate"], tmp_path / "m.nc")
     assert values(out) == values(root / "full.nc")
-    assert (
-        main(
-            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "merge",
-                str(root / "c.wxstate"),
-                str(ab),
-                "--output",
-                str(out),
-                "--overwrite",
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    update_chain(root / "a.wxstate", [root / "b.zarr"], tmp_path, keep_state=True)
+    merge_states([root / "c.wxstate", tmp_path / "grown.wxstate"], out, "--overwrite")
     assert values(out) == values(root / "full.nc")
 
 
@@ -144,16 +103,8 @@ def test_first_range_alone_matches_its_reference(data):
 def test_update_with_two_processes(data, tmp_path, monkeypatch):
     root, _ = data
     monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])  # the ranks run this checkout
-    ab = tmp_path / "ab.wxstate"
-    assert (
-        main(
-            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
-        )
-        == 0
-    )
-    out = tmp_path / "two.nc"
-    args = ["update", str(ab), str(root / "c.nc"), "--output", str(out), "--nproc", "2", "--quiet"]
-    assert main(args) == 0
+    rest = [root / "b.zarr", root / "c.nc"]
+    out = update_chain(root / "a.wxstate", rest, tmp_path, last=["--nproc", "2"])
     assert values(out) == values(root / "full.nc")
 
 
@@ -234,16 +185,9 @@ def test_states_computed_apart_merge_to_the_full_run_in_any_order(data, tmp_path
     assert main([*args, "--output", str(tmp_path / "b.nc"), *STEPS]) == 0
     for order in ((own, root / "a.wxstate", root / "c.wxstate"),
                   (root / "c.wxstate", own, root / "a.wxstate")):  # fmt: skip
-        out = tmp_path / "m.nc"
-        assert (
-            main(["merge", *map(str, order), "--output", str(out), "--overwrite", "--quiet"]) == 0
-        )
+        out = merge_states(order, tmp_path / "m.nc", "--overwrite")
         assert values(out) == values(root / "full.nc")
-    stats = read_stats(tmp_path / "m.nc")
-    for var in ("t2m", "z", "msl"):
-        assert_stream_matches(
-            stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
-        )
+    matches_reference(tmp_path / "m.nc", truth)
     args = [
         "merge",
         str(root / "a.wxstate"),
@@ -253,15 +197,10 @@ def test_states_computed_apart_merge_to_the_full_run_in_any_order(data, tmp_path
         str(tmp_path / "m2.nc"),
     ]
     assert_refused(capsys, tmp_path, args, "b.wxstate", "named twice")
-    ab = tmp_path / "ab.wxstate"
-    assert (
-        main(
-            ["update", str(root / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab), "--quiet"]
-        )
-        == 0
-    )
+    update_chain(root / "a.wxstate", [root / "b.zarr"], tmp_path, keep_state=True)
+    ab = tmp_path / "grown.wxstate"
     args = ["merge", str(ab), str(root / "b.wxstate"), "--output", str(tmp_path / "m2.nc")]
-    assert_refused(capsys, tmp_path, args, "b.wxstate", "overlaps", "ab.wxstate")
+    assert_refused(capsys, tmp_path, args, "b.wxstate", "overlaps", "grown.wxstate")
 
 
 def test_newer_format_version_is_refused(data, tmp_path, capsys):
@@ -362,37 +301,17 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
     cuts = {"p": slice(20, 22), "q": slice(22, 25), "r": slice(25, 50)}
     for name, cut in cuts.items():
         write_zarr(full.isel(time=cut), tmp_path / f"{name}.zarr")
-        state = ["--state", str(tmp_path / f"{name}.wxstate")]
-        out = ["--output", str(tmp_path / f"{name}.nc")]
-        assert main(["compute", str(tmp_path / f"{name}.zarr"), *state, *out, *STEPS]) == 0
-    out = tmp_path / "m.nc"
-    states = [str(tmp_path / f"{n}.wxstate") for n in ("r", "q", "p")]
-    assert main(["merge", *states, str(root / "a.wxstate"), "--output", str(out), "--quiet"]) == 0
+    pieces = {name: tmp_path / f"{name}.zarr" for name in cuts}
+    states = compute_states(pieces, tmp_path, STEPS)
+    order = [states[n] for n in ("r", "q", "p")]
+    out = merge_states([*order, root / "a.wxstate"], tmp_path / "m.nc")
     assert values(out) == values(root / "full.nc")
-    grown = root / "a.wxstate"
-    for name in cuts:
-        nxt = tmp_path / f"up-{name}.wxstate"
-        assert (
-            main(
-                [
-                    "update",
-                    str(grown),
-                    str(tmp_path / f"{name}.zarr"),
-                    "--state",
-                    str(nxt),
-                    "--quiet",
-                ]
-            )
-            == 0
-        )
-        grown = nxt
-    assert values(tmp_path / "up-r.stats.nc") == values(root / "full.nc")
+    grown = update_chain(root / "a.wxstate", list(pieces.values()), tmp_path, keep_state=True)
+    assert values(grown) == values(root / "full.nc")
     # the 3-step range filling a gap later: the differences from r reach across it into p
-    gapped = tmp_path / "apr.wxstate"
-    states = [str(root / "a.wxstate"), str(tmp_path / "p.wxstate"), str(tmp_path / "r.wxstate")]
-    assert main(["merge", *states, "--state", str(gapped), "--allow-gap", "--quiet"]) == 0
-    args = ["merge", str(gapped), str(tmp_path / "q.wxstate"), "--output", str(out)]
-    assert main([*args, "--overwrite", "--quiet"]) == 0
+    apr = [root / "a.wxstate", states["p"], states["r"]]
+    gapped = merge_states(apr, tmp_path / "apr.wxstate", "--allow-gap")
+    merge_states([gapped, states["q"]], out, "--overwrite")
     assert values(out) == values(root / "full.nc")
 
 
@@ -431,28 +350,10 @@ def test_missing_values_across_the_seams(tmp_path):
     write_zarr(ds.isel(time=slice(0, 10)), tmp_path / "p.zarr")
     write_zarr(ds.isel(time=slice(10, 30)), tmp_path / "q.zarr")
     opts = ["--diff-steps", "1,2", "--skipna", "--quiet"]
-    assert (
-        main(["compute", str(tmp_path / "all.zarr"), "--output", str(tmp_path / "all.nc"), *opts])
-        == 0
-    )
-    p_args = ["--state", str(tmp_path / "p.wxstate"), "--output", str(tmp_path / "p.nc")]
-    assert main(["compute", str(tmp_path / "p.zarr"), *p_args, *opts]) == 0
-    up = tmp_path / "up.nc"
-    assert (
-        main(
-            [
-                "update",
-                str(tmp_path / "p.wxstate"),
-                str(tmp_path / "q.zarr"),
-                "--output",
-                str(up),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert values(up) == values(tmp_path / "all.nc")
-    stats = read_stats(up).streams["t2m__train"]
+    pieces = {"p": tmp_path / "p.zarr", "q": tmp_path / "q.zarr"}
+    grown = grow(tmp_path / "all.zarr", pieces, tmp_path, opts)
+    grown.assert_same_bytes()
+    stats = read_stats(grown.grown).streams["t2m__train"]
     ref = reference(t2m.astype(np.float64)[..., None], 0, 30, (1, 2))
     assert_stream_matches(stats, ref)
     assert list(stats.diff[1].count) == [29 * 42 - 6]  # each NaN leaves out two pairs
@@ -469,27 +370,8 @@ def test_float_time_axis_joins_despite_rounding(tmp_path):
     times = ds["time"].values
     assert times[22] + (times[1] - times[0]) != times[23]
     opts = ["--variables", "t2m", "--quiet"]
-    assert (
-        main(["compute", str(tmp_path / "all.zarr"), "--output", str(tmp_path / "all.nc"), *opts])
-        == 0
-    )
-    p_args = ["--state", str(tmp_path / "p.wxstate"), "--output", str(tmp_path / "p.nc")]
-    assert main(["compute", str(tmp_path / "p.zarr"), *p_args, *opts]) == 0
-    up = tmp_path / "up.nc"
-    assert (
-        main(
-            [
-                "update",
-                str(tmp_path / "p.wxstate"),
-                str(tmp_path / "q.zarr"),
-                "--output",
-                str(up),
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert values(up) == values(tmp_path / "all.nc")
+    pieces = {"p": tmp_path / "p.zarr", "q": tmp_path / "q.zarr"}
+    grow(tmp_path / "all.zarr", pieces, tmp_path, opts).assert_same_bytes()
 
 
 @pytest.mark.slow
@@ -503,10 +385,8 @@ def test_state_from_three_processes_is_the_same_state(data, tmp_path, monkeypatc
     assert main([*args, "--output", str(tmp_path / "a3.nc"), "--block-mb", "0.001", *STEPS]) == 0
     one, many = State.read(str(root / "a.wxstate")), State.read(str(three))
     assert all(np.array_equal(x, y) for x, y in zip(one.acc.pack(), many.acc.pack(), strict=True))
-    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.nc"
-    assert main(["update", str(three), str(root / "b.zarr"), "--state", str(ab), "--quiet"]) == 0
-    out = ["--output", str(abc), "--nproc", "3", "--quiet"]
-    assert main(["update", str(ab), str(root / "c.nc"), *out]) == 0
+    rest = [root / "b.zarr", root / "c.nc"]
+    abc = update_chain(three, rest, tmp_path, last=["--nproc", "3"])
     assert values(abc) == values(root / "full.nc")
 
 
@@ -577,20 +457,13 @@ def test_merge_fills_the_gap_of_a_state(data, tmp_path, capsys):
     the state of the missing range fills the gap later, seams on both sides,
     and gives the full run's bytes (coverage is a set of ranges, not first/last)."""
     root, truth = data
-    ac = tmp_path / "ac.wxstate"
-    pair = [str(root / "a.wxstate"), str(root / "c.wxstate")]
-    assert main(["merge", *pair, "--state", str(ac), "--allow-gap", "--quiet"]) == 0
-    assert main(["merge", str(ac), "--output", str(tmp_path / "ac.nc"), "--quiet"]) == 0
-    with xr.open_dataset(tmp_path / "ac.nc") as ds:
+    pair = [root / "a.wxstate", root / "c.wxstate"]
+    ac = merge_states(pair, tmp_path / "ac.wxstate", "--allow-gap")
+    with xr.open_dataset(merge_states([ac], tmp_path / "ac.nc")) as ds:
         assert "2021-01-01T19:00:00 to 2021-01-02T11:00:00" in ds.attrs["source_gaps"]
-    out = tmp_path / "abc.nc"
-    assert main(["merge", str(root / "b.wxstate"), str(ac), "--output", str(out), "--quiet"]) == 0
+    out = merge_states([root / "b.wxstate", ac], tmp_path / "abc.nc")
     assert values(out) == values(root / "full.nc")
-    stats = read_stats(out)
-    for var in ("t2m", "z", "msl"):
-        assert_stream_matches(
-            stats.streams[f"{var}__train"], reference(truth[var], 0, 50, (1, 3, 6))
-        )
+    matches_reference(out, truth)
     with xr.open_dataset(out) as ds:
         assert "source_gaps" not in ds.attrs
     # what overlaps a range of the gapped state is still refused

@@ -12,6 +12,7 @@ import pytest
 import xarray as xr
 from distributed_helpers import env
 from gridded_data import gridded, write_zarr
+from growing import grow, values
 from refusals import assert_refused
 
 from wxstats.cli import main
@@ -71,11 +72,6 @@ def _check(stats, truth, weights, split="train", rtol=1e-12):
             np.testing.assert_allclose(stream.diff[k].std, ref[k][1], rtol=rtol, err_msg=var)
         # counts and extremes stay those of the values themselves
         assert list(stream.count) == [50 * 42] * stream.mean.shape[0]
-
-
-def values(path) -> dict[str, bytes]:
-    with xr.open_dataset(path) as ds:
-        return {name: ds[name].values.tobytes() for name in sorted(ds.data_vars)}
 
 
 @pytest.mark.parametrize(
@@ -140,23 +136,11 @@ def test_weighted_states_grow_into_the_full_run(store, tmp_path, by):
     the bytes of one weighted run over everything (also as a climatology)."""
     root, _, truth = store
     opts = ["--weights", "coslat", *STEPS, *(["--by", by] if by else [])]
-    full = tmp_path / "full.nc"
-    assert main(["compute", str(root / "full.zarr"), "--output", str(full), *opts]) == 0
-    for name in RANGES:
-        state = ["--state", str(tmp_path / f"{name}.wxstate")]
-        out = ["--output", str(tmp_path / f"{name}.nc")]
-        assert main(["compute", str(root / f"{name}.zarr"), *state, *out, *opts]) == 0
-    ab, abc = tmp_path / "ab.wxstate", tmp_path / "abc.nc"
-    assert main(["update", str(tmp_path / "a.wxstate"), str(root / "b.zarr"), "--state", str(ab),
-                 "--quiet"]) == 0  # fmt: skip
-    assert main(["update", str(ab), str(root / "c.zarr"), "--output", str(abc), "--quiet"]) == 0
-    assert values(abc) == values(full)
-    merged = tmp_path / "m.nc"
-    states = [str(tmp_path / f"{n}.wxstate") for n in "cab"]
-    assert main(["merge", *states, "--output", str(merged), "--quiet"]) == 0
-    assert values(merged) == values(full)
+    pieces = {name: root / f"{name}.zarr" for name in RANGES}
+    grown = grow(root / "full.zarr", pieces, tmp_path, opts, merge_order="cab")
+    grown.assert_same_bytes()
     if by is None:
-        _check(read_stats(full), truth, _coslat())
+        _check(read_stats(grown.full), truth, _coslat())
 
 
 # -- refused, one line, nothing written ------------------------------------------------
