@@ -53,6 +53,7 @@ class ChunkStore:
     def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
         self.path = path.rstrip("/")
         self.fs = None
+        self.cat_options: dict[str, Any] = {}
         if is_url(path):
             from fsspec.core import url_to_fs
 
@@ -61,6 +62,9 @@ class ChunkStore:
                 # botocore's default pool (10 connections) would queue the batched requests
                 config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
                 options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
+                # s3fs otherwise sends a HEAD before each GET (to split objects over 50 MiB
+                # into ranges): twice the requests for chunk objects of a few MiB
+                self.cat_options = {"max_concurrency": 1}
             self.fs, root = url_to_fs(path, **options)
             self.root = root.rstrip("/")
 
@@ -80,7 +84,7 @@ class ChunkStore:
         """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
         urls = [f"{self.root}/{k}" for k in keys]
         try:
-            found = self.fs.cat(urls, on_error="return")
+            found = self.fs.cat(urls, on_error="return", **self.cat_options)
         except Exception as exc:  # the endpoint itself: unreachable, refused, no credentials
             raise InputError(
                 f"{self.path}: cannot read objects {keys[0]}...: {first_line(exc)}"
