@@ -16,10 +16,8 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
 from wxstats.storage.readahead import will_need
-from wxstats.storage.urls import is_url
+from wxstats.storage.urls import is_url, read_options
 
-REQUESTS_IN_FLIGHT = 64
-"""Connections to an object store: a block's chunk objects are requested at once."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
@@ -53,19 +51,10 @@ class ChunkStore:
     def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
         self.path = path.rstrip("/")
         self.fs = None
-        self.cat_options: dict[str, Any] = {}
         if is_url(path):
             from fsspec.core import url_to_fs
 
-            options = dict(storage_options)
-            if path.startswith(("s3://", "s3a://")):
-                # botocore's default pool (10 connections) would queue the batched requests
-                config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
-                options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
-                # s3fs otherwise sends a HEAD before each GET (to split objects over 50 MiB
-                # into ranges): twice the requests for chunk objects of a few MiB
-                self.cat_options = {"max_concurrency": 1}
-            self.fs, root = url_to_fs(path, **options)
+            self.fs, root = url_to_fs(path, **read_options(path, storage_options))
             self.root = root.rstrip("/")
 
     @property
@@ -84,7 +73,7 @@ class ChunkStore:
         """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
         urls = [f"{self.root}/{k}" for k in keys]
         try:
-            found = self.fs.cat(urls, on_error="return", **self.cat_options)
+            found = self.fs.cat(urls, on_error="return")
         except Exception as exc:  # the endpoint itself: unreachable, refused, no credentials
             raise InputError(
                 f"{self.path}: cannot read objects {keys[0]}...: {first_line(exc)}"
@@ -123,7 +112,7 @@ class ZarrChunkReader(ChunkReader):
         import zarr
 
         super().__init__(path, ChunkStore(path, storage_options), threads)
-        opts = {"storage_options": storage_options} if is_url(path) else {}
+        opts = {"storage_options": read_options(path, storage_options)} if is_url(path) else {}
         self.group = zarr.open_group(path, mode="r", **opts)
 
     def _describe(self, name: str) -> ChunkedArray:
