@@ -299,8 +299,12 @@ class S3:
         """Every chunk object fetched (batched cat) and decompressed in threads."""
         from numcodecs import Zstd
 
+        # max_concurrency=1: no HEAD before each GET (as wxstats reads chunk objects)
         fs = type(self.fs)(
-            **self.options, config_kwargs={"max_pool_connections": 64}, skip_instance_cache=True
+            **self.options,
+            config_kwargs={"max_pool_connections": 64},
+            max_concurrency=1,
+            skip_instance_cache=True,
         )
         codec = Zstd()
         urls = [f"bench/store.zarr/{k}" for k in self.keys]

@@ -36,10 +36,14 @@ class Faults:
         self.timed_out = False
         self.fail: str | None = None
         self.in_flight = self.most = 0
+        self.heads: list[str] = []  # HEAD requests of objects, by path
         self.lock = threading.Lock()
 
     def __call__(self, environ, start_response):
         get = environ["REQUEST_METHOD"] == "GET"
+        if environ["REQUEST_METHOD"] == "HEAD":
+            with self.lock:
+                self.heads.append(environ.get("PATH_INFO", ""))
         if get and self.fail and environ.get("PATH_INFO", "").endswith(self.fail):
             start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
             return [b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"]
@@ -120,6 +124,22 @@ def test_many_small_chunks_match_the_reference_with_requests_in_flight(s3, tmp_p
     assert app.most >= 4 and not app.timed_out, f"at most {app.most} GETs in flight"
     stream = read_stats(out).streams["t__train"]
     assert_stream_matches(stream, reference(truth, 0, truth.shape[0], (1, 4)))
+
+
+def test_one_request_per_chunk_object(s3, tmp_path, capsys):
+    """s3fs sends a HEAD before each GET unless told not to split objects into
+    ranges: twice the requests to the store, for chunks and metadata alike."""
+    app, options = s3
+    url = f"s3://{BUCKET}/heads.zarr"
+    truth = _many_small_chunks(url, options, n_time=8)
+    out = tmp_path / "s.nc"
+    app.heads = []
+    argv = ["compute", url, "--output", str(out), "--diff-steps", "1", "--quiet"]
+    assert main([*argv, *_cli_options(options)]) == 0, capsys.readouterr().err
+    heads = [p for p in app.heads if "/heads.zarr/" in p]
+    assert heads == [], f"{len(heads)} HEAD requests: {heads[:3]}"
+    stream = read_stats(out).streams["t__train"]
+    assert_stream_matches(stream, reference(truth, 0, truth.shape[0], (1,)))
 
 
 def test_server_error_mid_run_names_the_object_and_writes_nothing(s3, tmp_path, capsys):

@@ -16,10 +16,8 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
 from wxstats.storage.readahead import will_need
-from wxstats.storage.urls import is_url
+from wxstats.storage.urls import is_url, read_options
 
-REQUESTS_IN_FLIGHT = 64
-"""Connections to an object store: a block's chunk objects are requested at once."""
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
 
@@ -56,12 +54,7 @@ class ChunkStore:
         if is_url(path):
             from fsspec.core import url_to_fs
 
-            options = dict(storage_options)
-            if path.startswith(("s3://", "s3a://")):
-                # botocore's default pool (10 connections) would queue the batched requests
-                config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
-                options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
-            self.fs, root = url_to_fs(path, **options)
+            self.fs, root = url_to_fs(path, **read_options(path, storage_options))
             self.root = root.rstrip("/")
 
     @property
@@ -119,7 +112,7 @@ class ZarrChunkReader(ChunkReader):
         import zarr
 
         super().__init__(path, ChunkStore(path, storage_options), threads)
-        opts = {"storage_options": storage_options} if is_url(path) else {}
+        opts = {"storage_options": read_options(path, storage_options)} if is_url(path) else {}
         self.group = zarr.open_group(path, mode="r", **opts)
 
     def _describe(self, name: str) -> ChunkedArray:

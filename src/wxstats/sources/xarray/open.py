@@ -12,7 +12,7 @@ from typing import Any
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.stats import RUN_ATTR
-from wxstats.storage.urls import is_url
+from wxstats.storage.urls import is_url, read_options
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
 
@@ -87,8 +87,9 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
     import xarray as xr
 
     kwargs = {"mask_and_scale": False, "decode_timedelta": False, "cache": False, "chunks": None}
-    if storage_options and is_url(text):
-        kwargs["storage_options"] = storage_options
+    options = read_options(text, storage_options or {}) if is_url(text) else {}
+    if options:
+        kwargs["storage_options"] = options
     if not is_url(text) and not Path(text).exists():
         raise InputError(f"{text}: dataset not found")
     if not is_url(text) and Path(text).is_dir() and not is_zarr(text):
