@@ -23,6 +23,7 @@ import numpy as np
 
 from wxstats.core.blocks import Block
 from wxstats.core.stats import StreamSpec
+from wxstats.core.unit_reference import power_of_two
 
 FRACTION_BITS = 32
 LIMIT_BITS = 20
@@ -38,8 +39,6 @@ def cell_reference(rows: np.ndarray, n_features: int) -> tuple[np.ndarray, np.nd
     """(shift, scale) of ``n_features`` (the channels of ``rows`` (T, G, C), repeated
     for each group of a climatology) from the first step with a finite value of
     each channel: its mean (without overflow) and the power of two at its spread."""
-    from wxstats.core.unit_reference import power_of_two
-
     n_c = rows.shape[2]
     shift, scale = np.zeros(n_c), np.ones(n_c)
     for c in range(n_c):

@@ -171,15 +171,18 @@ class _Rows:
 
     def __getitem__(self, key: tuple[int, slice, int]) -> np.ndarray:
         u, _, f = key
-        c = self.channels[f]
         for k, t0, t1 in self.pieces:
             if u < t1 - t0:
-                later = np.asarray(self.a[t0 + u][:, c], dtype=np.float64)
-                if k:
-                    later = later - np.asarray(self.a[t0 + u - k][:, c], dtype=np.float64)
-                return later
+                return unit_rows(self.a, self.channels[f : f + 1], t0 + u, k)[:, 0]
             u -= t1 - t0
         raise IndexError(u)
+
+
+def unit_rows(a: np.ndarray, channels: np.ndarray, t: int, lag: int) -> np.ndarray:
+    """float64 (G, F): the whole row of one summation unit: the values of step
+    ``t`` (``lag`` 0), or the differences ``x[t] - x[t - lag]`` ending at it."""
+    later = np.asarray(a[t][:, channels], dtype=np.float64)
+    return later - np.asarray(a[t - lag][:, channels], dtype=np.float64) if lag else later
 
 
 def in_time_order(rows: np.ndarray) -> np.ndarray:
@@ -281,7 +284,7 @@ def block_sums(block: Block, refs: StepReferences | None = None) -> BlockSums:
         refs.shift.copy(), refs.scale.copy(), dict(refs.diff_shift), dict(refs.diff_scale)
     )
     for t in np.flatnonzero(values.any(axis=1)):
-        rows = np.asarray(a[t][:, channels], dtype=np.float64)[None]
+        rows = unit_rows(a, channels, t, 0)[None]
         wide.scale[t] = np.where(
             values[t], unit_reference.widened(rows, wide.shift[t][None])[0], wide.scale[t]
         )
@@ -290,10 +293,8 @@ def block_sums(block: Block, refs: StepReferences | None = None) -> BlockSums:
         for t in np.flatnonzero(mask.any(axis=1)):
             if t - k < 0 or t >= n_t:
                 continue
-            d = np.asarray(a[t][:, channels], np.float64) - np.asarray(
-                a[t - k][:, channels], np.float64
-            )
-            widened = unit_reference.widened(d[None], wide.diff_shift[k][t][None])[0]
+            rows = unit_rows(a, channels, t, k)[None]
+            widened = unit_reference.widened(rows, wide.diff_shift[k][t][None])[0]
             wide.diff_scale[k][t] = np.where(mask[t], widened, wide.diff_scale[k][t])
     return _block_sums(block, wide)
 
