@@ -82,23 +82,12 @@ class StreamMoments:
             if sums.step_weight is None:
                 raise ValueError("a weighted stream was given unweighted block sums")
             weights = [sums.step_weight] + [sums.diff_step_weight[k] for k in steps]
-        count, v1, v2, shift, scale = parts[0]
-        self.values.add(
-            count, v1, v2, shift, scale, sums.minimum, sums.maximum, sums.nan_count, at, weights[0]
-        )
-        for i, k in enumerate(steps):
-            count, d1, d2, shift, scale = parts[1 + i]
-            self.diffs[k].add(
-                count,
-                d1,
-                d2,
-                shift,
-                scale,
-                sums.diff_minimum.get(k),
-                sums.diff_maximum.get(k),
-                at=at,
-                weights=weights[1 + i],
-            )
+        extremes = [(sums.minimum, sums.maximum, sums.nan_count)]
+        extremes += [(sums.diff_minimum.get(k), sums.diff_maximum.get(k), None) for k in steps]
+        for moments, (count, s1, s2, shift, scale), (low, high, nans), w in zip(
+            self.parts(), parts, extremes, weights, strict=True
+        ):
+            moments.add(count, s1, s2, shift, scale, low, high, nans, at, w)
 
     def merge(self, other: StreamMoments) -> None:
         """Add ``other`` into ``self``; refused, with ``self`` unchanged, when
