@@ -48,12 +48,12 @@ class PartialMismatch(ValueError):
 
 
 def _normal(spans: Iterable[Span]) -> tuple[Span, ...]:
-    """Sorted spans with touching ones joined; empty ones dropped. Overlaps must
-    have been refused before."""
+    """Sorted spans with touching (or repeated) ones joined; empty ones dropped.
+    :meth:`Coverage.union` refuses overlaps before."""
     out: list[Span] = []
     for a, b in sorted((int(a), int(b)) for a, b in spans if a < b):
-        if out and out[-1][1] == a:
-            out[-1] = (out[-1][0], b)
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(b, out[-1][1]))
         else:
             out.append((a, b))
     return tuple(out)
