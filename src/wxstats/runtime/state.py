@@ -24,6 +24,7 @@ given meaning, and mismatches are refused in one line that says what differs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
+from wxstats.core.partial import Coverage as Units
+from wxstats.core.partial import Partial
 from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
@@ -180,6 +183,9 @@ class SampleCoverage:
             )
 
 
+TIME = "time"
+"""The one series of a time coverage's units (:meth:`State.partial`)."""
+
 Coverage = TimeCoverage | SampleCoverage
 """What a state covers; each kind has ``n``, ``text``, ``bounds``, ``split_text``,
 ``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
@@ -319,6 +325,26 @@ class State:
     @property
     def name(self) -> str:
         return self.path or "the new data"
+
+    def partial(self, place: Callable[[int | float], int] | None = None) -> Partial:
+        """This state as a core partial: a sample coverage's samples as units of
+        their own; a time coverage's ranges as steps of :data:`TIME`, ``place``
+        giving a time's position on the grid of the states being joined, each
+        range with its edges."""
+        if isinstance(self.coverage, SampleCoverage):
+            units = Units({name: ((0, 1),) for name in self.coverage.samples})
+            return Partial(self.acc, units, self.identity)
+        assert place is not None
+        heads, tails, ranges, at = {}, {}, [], 0
+        for first, _, n in self.coverage.spans:
+            a, m = place(first), min(self.reach, int(n))
+            heads[(TIME, a)] = {v: e[at : at + m] for v, e in self.head.items()}
+            tails[(TIME, a + int(n))] = {v: e[at : at + m] for v, e in self.tail.items()}
+            ranges.append((a, a + int(n)))
+            at += m
+        return Partial(
+            self.acc, Units({TIME: tuple(ranges)}), self.identity, self.reach, heads, tails
+        )
 
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
