@@ -1,25 +1,16 @@
 """Statistics that grow with the data: ``compute --state``, ``update`` and ``merge``.
 
-A full run over a split sums every time step on its own and every difference
-``x[t] - x[t-k]`` at its later time ``t``, then adds the exact sums. Two
-adjacent time ranges therefore give the full run's sums as: the sums of the
-first range, plus those of the second, plus the differences whose earlier
-time is in the first range and later time in the second (the *seam*:
-computed from the first range's last and the second range's first
-``max(diff_steps)`` steps, which every state keeps). Every time step is
-summed relative to its own reference (:mod:`wxstats.core.unit_reference`), so
-states computed apart, on any machines and in any order, join to the same
-bytes as the full run. A neural-lam MEPS datastore's samples are independent
-(no difference crosses two), so their states join by adding the sums of
-disjoint sets of samples.
-
-:func:`combine` joins states as their coverage is: time ranges in time order
-(refusing overlaps, gaps unless allowed, other data), sets of samples in any
-order (refusing a sample counted twice, other data); :class:`Growth` is what
-a ``compute`` or ``update`` run does with states: check the new data against
-the state before reading it (an update of samples reads only those not in the
-state), and after the all-reduce join the new sums to the state's and keep the
-result to write.
+A state is a :class:`~wxstats.core.partial.Partial` on disk, so :func:`combine`
+is :meth:`Partial.merge <wxstats.core.partial.Partial.merge>` of the states'
+partials plus, where two time ranges meet, the *seam*: the differences from
+the earlier range's last into the later range's first ``max(diff_steps)``
+steps (:func:`seam`, from the edges every state keeps). Time ranges are
+placed on one grid of steps first; a MEPS datastore's samples are units of
+their own (no difference crosses two). Refused before anything is written:
+other data, a unit counted twice, a gap unless allowed. :class:`Growth` is
+what a ``compute`` or ``update`` run does with states: check the new data
+against the state before reading it (an update of samples reads only those
+not in the state), and after the all-reduce join the new sums to the state's.
 """
 
 from __future__ import annotations
@@ -50,33 +41,10 @@ from wxstats.runtime.state import (
     identity_of,
     refuse_mismatch,
     source_name,
+    spans,
     state_of_run,
 )
 from wxstats.sources.base import Source, TimeAxisSource
-
-
-@dataclass
-class Span:
-    """One contiguous range of a state's coverage with its edge steps (``owner``:
-    the index of its state among those being combined)."""
-
-    first: int | float
-    last: int | float
-    n: int
-    head: dict[str, np.ndarray]
-    tail: dict[str, np.ndarray]
-    owner: int = 0
-
-
-def spans(state: State, owner: int = 0) -> list[Span]:
-    """The contiguous ranges of ``state``, each with its own edges."""
-    out, at = [], 0
-    for first, last, n in state.coverage.spans:
-        m = min(state.reach, int(n))
-        edges = [{v: e[at : at + m] for v, e in side.items()} for side in (state.head, state.tail)]
-        out.append(Span(first, last, int(n), *edges, owner))
-        at += m
-    return out
 
 
 def seam(state: State, tail: Edges, head: Edges, before: Any, after: Any, where: str) -> RunMoments:
@@ -148,6 +116,17 @@ def _check_axis(prev: State, nxt: State, verb: str) -> int | float | None:
     return step
 
 
+def _gap(later: State, earlier: State, first: Any, last: Any, step: Any) -> WxstatsError:
+    """``later`` starts at ``first``, not the step after ``earlier``'s ``last``."""
+    cov = earlier.coverage
+    expected = cov.label(last + step) if step is not None else "the next time step"
+    return WxstatsError(
+        f"{later.name}: leaves a gap after {earlier.name}: it starts at {cov.label(first)}, "
+        f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
+        "differences are counted across it)"
+    )
+
+
 def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
     a, b = prev.coverage, nxt.coverage
@@ -159,12 +138,7 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
         )
     if step is None or not _next_step(a, b.first, step):
         if not allow_gap:
-            expected = a.label(a.last + step) if step is not None else "the next time step"
-            raise WxstatsError(
-                f"{nxt.name}: leaves a gap after {prev.name}: it starts at {b.label(b.first)}, "
-                f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
-                "differences are counted across it)"
-            )
+            raise _gap(nxt, prev, b.first, a.last, step)
         if min(a.n, b.n) < prev.reach:
             raise WxstatsError(
                 f"{nxt.name}: cannot join across a gap a range shorter than the largest "
@@ -240,31 +214,26 @@ def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
                 )
     cov, step = first.coverage, ruler.coverage.step
     singles = sorted({s.coverage.first for s in ordered})  # no step: one step each
-    starts, ends, time = {}, {}, {}
 
     def place(state: State, value: int | float) -> int:
+        """A time's position on the grid of steps from the earliest time."""
         if step is None:
             return 2 * singles.index(value)  # never adjacent
-        offset = (value - cov.first) / step
-        if np.dtype(cov.dtype).kind == "f":
-            return int(np.rint(offset))
-        if (value - cov.first) % step:
+        if np.dtype(cov.dtype).kind != "f" and (value - cov.first) % step:
             raise WxstatsError(
                 f"{state.name}: its times are not on the time steps of {first.name} "
                 f"({cov.delta(step)} apart from {cov.label(cov.first)})"
             )
-        return int(offset)
+        return int(np.rint((value - cov.first) / step))
 
-    partials = []
+    partials, starts, ends, time = [], {}, {}, {}
     for state in ordered:
         part = state.partial(lambda v, s=state: place(s, v))
         if state is not first:  # a static field is counted once
             part.sums = _time_streams(part.sums, static)
         partials.append(part)
-        for (a, b), (t0, t1, _) in zip(
-            part.coverage.ranges[TIME], state.coverage.spans, strict=True
-        ):
-            starts[a], ends[b], time[a], time[b - 1] = state, state, t0, t1
+        for (a, b), span in zip(part.coverage.ranges[TIME], spans(state), strict=True):
+            starts[a], ends[b], time[a], time[b - 1] = state, state, span.first, span.last
 
     def seam_at(series: str, at: int, tail: Edges, head: Edges) -> RunMoments:
         where = f"{starts[at].name}: the differences across {cov.label(time[at])}"
@@ -272,26 +241,18 @@ def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
 
     total = _merged(ordered, partials, seam_at)
     ranges = total.coverage.ranges[TIME]
-    for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True):
+    gaps = [(b, c) for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True)]
+    for b, c in gaps:
         inside = any(s.coverage.first < time[c] and s.coverage.last > time[b - 1] for s in ordered)
         if not (allow_gap or inside):
-            expected = cov.label(time[b - 1] + step) if step is not None else "the next time step"
-            raise WxstatsError(
-                f"{starts[c].name}: leaves a gap after {ends[b].name}: it starts at "
-                f"{cov.label(time[c])}, the next time step is {expected}; pass --allow-gap to "
-                "accept a gap (no differences are counted across it)"
-            )
-    spans_ = [[time[a], time[b - 1], b - a] for a, b in ranges]
+            raise _gap(starts[c], ends[b], time[c], time[b - 1], step)
+    joined = [[time[a], time[b - 1], b - a] for a, b in ranges]
+    n = sum(r[2] for r in joined)
     return State(
         identity=first.identity,
         specs=first.specs,
         coverage=TimeCoverage(
-            cov.dtype,
-            spans_[0][0],
-            spans_[-1][1],
-            sum(r[2] for r in spans_),
-            step,
-            spans_ if len(spans_) > 1 else None,
+            cov.dtype, joined[0][0], joined[-1][1], n, step, joined if gaps else None
         ),
         acc=total.sums,
         head={
@@ -304,10 +265,7 @@ def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
         datasets=[d for s in ordered for d in s.datasets],
         attrs={
             **first.attrs,
-            "gaps": [
-                [cov.label(time[b - 1]), cov.label(time[c])]
-                for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True)
-            ],
+            "gaps": [[cov.label(time[b - 1]), cov.label(time[c])] for b, c in gaps],
         },
         path=first.path,
     )
