@@ -69,10 +69,16 @@ class Coverage:
     def of(pieces: Iterable[tuple[str, int, int]]) -> Coverage:
         """The units of ``(series, start, stop)`` pieces; a unit given twice is
         refused (:class:`CoverageOverlap`)."""
-        out = Coverage()
+        by: dict[str, list[Span]] = {}
         for series, start, stop in pieces:
-            out = out.union(Coverage({series: ((start, stop),)}))
-        return out
+            if start < stop:
+                by.setdefault(series, []).append((int(start), int(stop)))
+        for series, spans in by.items():
+            spans.sort()  # an overlap shows between neighbours once sorted
+            for (_, b), (c, d) in zip(spans[:-1], spans[1:], strict=True):
+                if c < b:
+                    raise CoverageOverlap(series, (c, min(b, d)))
+        return Coverage({s: tuple(spans) for s, spans in by.items()})
 
     def __post_init__(self) -> None:
         normal = {s: _normal(r) for s, r in sorted(self.ranges.items())}
@@ -84,24 +90,30 @@ class Coverage:
 
     def spans(self) -> list[tuple[str, int, int]]:
         """Every range as ``(series, start, stop)``, sorted."""
-        return [(s, a, b) for s, spans in self.ranges.items() for a, b in spans]
+        return [(s, a, b) for s in sorted(self.ranges) for a, b in self.ranges[s]]
 
     def overlap(self, other: Coverage) -> tuple[str, Span] | None:
         """The first units held by both (series, span), or None."""
-        for series, spans in self.ranges.items():
-            for a, b in spans:
-                for c, d in other.ranges.get(series, ()):
+        small, large = sorted((self.ranges, other.ranges), key=len)
+        for series in sorted(s for s in small if s in large):
+            for a, b in small[series]:
+                for c, d in large[series]:
                     if a < d and c < b:
                         return series, (max(a, c), min(b, d))
         return None
 
     def union(self, other: Coverage) -> Coverage:
-        """Both sets of units; shared units are refused (:class:`CoverageOverlap`)."""
+        """Both sets of units; shared units are refused (:class:`CoverageOverlap`).
+        Only the series ``other`` holds are rebuilt (a run adds a sample at a time)."""
         shared = self.overlap(other)
         if shared is not None:
             raise CoverageOverlap(*shared)
-        keys = set(self.ranges) | set(other.ranges)
-        return Coverage({s: self.ranges.get(s, ()) + other.ranges.get(s, ()) for s in sorted(keys)})
+        ranges = dict(self.ranges)
+        for series, spans in other.ranges.items():
+            ranges[series] = _normal(ranges.get(series, ()) + spans)
+        out = object.__new__(Coverage)
+        object.__setattr__(out, "ranges", ranges)
+        return out
 
     def missing(self, series: str, start: int, stop: int) -> list[Span]:
         """The ranges of ``[start, stop)`` of ``series`` not held."""
@@ -126,7 +138,7 @@ class Coverage:
         )
 
     def to_json(self) -> dict[str, list[list[int]]]:
-        return {s: [list(r) for r in spans] for s, spans in self.ranges.items()}
+        return {s: [list(r) for r in self.ranges[s]] for s in sorted(self.ranges)}
 
     @staticmethod
     def from_json(data: Any) -> Coverage:

@@ -194,7 +194,7 @@ def _combine_samples(states: list[State]) -> State:
 
 
 def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
-    """Time ranges: placed on one grid of time steps (:meth:`TimeCoverage.units`),
+    """Time ranges: placed on one grid of time steps (:meth:`State.partial`),
     merged with a seam where two meet (a state may fill another's gap); a gap
     elsewhere is refused unless allowed or inside a state's own gap."""
     ordered = sorted(states, key=lambda s: s.coverage.first)
