@@ -13,7 +13,8 @@ from distributed_helpers import assert_identical_outputs
 
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
-from wxstats.runtime.checkpoint import FORMAT_VERSION, Checkpoint, Done
+from wxstats.core.partial import Coverage
+from wxstats.runtime.checkpoint import FORMAT_VERSION, Checkpoint
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
@@ -36,11 +37,8 @@ def _fingerprint(source, skipna=False):
 
 def _steps_of(source, indices):
     """The time steps samples ``indices`` of ``source`` count, as a part records them."""
-    done = Done()
-    for i in indices:
-        for span in source.covers(i).values():
-            done.add(span.unit, span.start, span.stop)  # False: another stream's, the same
-    return done
+    spans = {(s.unit, s.start, s.stop) for i in indices for s in source.covers(i).values()}
+    return Coverage.of(spans)  # a set: another stream's span is the same
 
 
 def _stats_bytes(stats):
@@ -65,7 +63,8 @@ def test_resume_with_another_world_size_is_byte_identical(
     # second run: load, share out the rest, merge
     ck = Checkpoint(tmp_path / "ck", _fingerprint(source))
     ck.prepare(resume=True)
-    done, carried = ck.load(empty_accumulator(source))
+    loaded = ck.load(empty_accumulator(source))
+    done, carried = loaded.coverage, loaded.sums
     assert len(done.ranges) == 2 * first_world  # a MEPS part records sample files
     work = plan(source, done)
     assert work.skipped == 2 * first_world and not work.partial
@@ -90,7 +89,9 @@ def test_part_files_are_replaced_atomically(meps_small, tmp_path):
     # a write killed half-way leaves only a hidden temporary file, which is ignored
     (tmp_path / "ck" / f".{ck.part.name}.xyz.tmp").write_bytes(b"half a file")
     assert len(list((tmp_path / "ck").glob("part-*.wxstate"))) == 1
-    done, _ = Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source))
+    done = (
+        Checkpoint(tmp_path / "ck", _fingerprint(source)).load(empty_accumulator(source)).coverage
+    )
     assert done.ranges == _steps_of(source, [0, 1]).ranges
 
 
@@ -684,7 +685,7 @@ def test_a_block_partly_done_in_two_places_is_summed_in_two_pieces(tmp_path):
         part.save(_steps_of(source, [index]), accumulate(source, [index]))
     whole = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(40))))
     assert len(whole) == 1
-    done, _ = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole))
+    done = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole)).coverage
     assert plan(whole, done).partial == {
         0: {"train": [(5, 10), (15, 24)], "val": [(24, 36)], "mid": [(18, 30)]}
     }

@@ -5,13 +5,15 @@ own reference, so no piece depends on another)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reference import two_pass
-from wxstats.core.accumulator import StreamMoments
+from wxstats.core.accumulator import RunMoments, StreamMoments
 from wxstats.core.blocks import Block, restrict
 from wxstats.core.kernels import block_sums
+from wxstats.core.partial import Coverage, CoverageOverlap, Partial, PartialMismatch
 
 LAGS = (1, 2)
 
@@ -164,3 +166,148 @@ def test_a_step_whose_sampled_points_are_all_missing_takes_its_first_finite_valu
     mean, std = whole.values.extract()
     x = a[:, :, 0][np.isfinite(a[:, :, 0])]
     np.testing.assert_allclose([mean[0], std[0]], [x.mean(), x.std()], rtol=1e-13)
+
+
+# -- Coverage and Partial (core.partial): a set of units, and exact sums that carry it --
+
+SERIES = ("train", "nwp_2021010100_mbr000.npy")
+
+
+def _units(draw_set: set[tuple[str, int]]) -> Coverage:
+    """A coverage of a set of (series, step) units, built one unit at a time."""
+    return Coverage.of((s, t, t + 1) for s, t in sorted(draw_set))
+
+
+def _as_set(coverage: Coverage) -> set[tuple[str, int]]:
+    return {(s, t) for s, a, b in coverage.spans() for t in range(a, b)}
+
+
+unit_sets = st.sets(st.tuples(st.sampled_from(SERIES), st.integers(0, 30)), max_size=25)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(x=unit_sets, y=unit_sets, window=st.tuples(st.integers(0, 30), st.integers(0, 31)))
+def test_coverage_is_a_set_of_units(x, y, window):
+    """Union, overlap, difference, what a window lacks and the JSON form agree
+    with Python's sets of (series, step)."""
+    cx, cy = _units(x), _units(y)
+    assert _as_set(cx) == x and len(cx) == len(x)
+    assert Coverage.from_json(cx.to_json()) == cx
+    for spans in cx.ranges.values():  # sorted, disjoint, touching ones joined
+        assert all(b < c for (_, b), (c, _) in zip(spans[:-1], spans[1:], strict=False))
+    shared = cx.overlap(cy)
+    if x & y:
+        series, (a, b) = shared
+        assert {(series, t) for t in range(a, b)} <= x & y
+        with pytest.raises(CoverageOverlap, match=series):
+            cx.union(cy)
+    else:
+        assert shared is None
+        assert _as_set(cx.union(cy)) == x | y
+        assert cx.union(cy) == cy.union(cx)
+    assert _as_set(cx.difference(cy)) == x - y
+    lo, hi = min(window), max(window)
+    lacking = {(SERIES[0], t) for a, b in cx.missing(SERIES[0], lo, hi) for t in range(a, b)}
+    assert lacking == {(SERIES[0], t) for t in range(lo, hi)} - x
+
+
+def test_coverage_refuses_a_unit_given_twice_and_bad_json():
+    with pytest.raises(CoverageOverlap, match=r"train: steps \[3, 4\) are held twice"):
+        Coverage.of([("train", 0, 4), ("train", 3, 6)])
+    for bad in ([1, 2], {"train": [[3, 2]]}, {"train": [[0, 1.5]]}):
+        with pytest.raises(ValueError):
+            Coverage.from_json(bad)
+
+
+def _run_partial(a: np.ndarray, runs: list[tuple[int, int]], weights) -> Partial:
+    """What a state of steps ``runs`` of ``a`` holds, computed from those steps
+    alone: their values, the differences inside each run, each run's edges."""
+    reach = max(LAGS)
+    sums = StreamMoments.create(a.shape[2], LAGS, weighted=weights is not None)
+    heads, tails = {}, {}
+    for lo, hi in runs:
+        n = hi - lo
+        block = Block(
+            a[lo:hi], np.arange(a.shape[2]), (0, n), {k: (k, n) for k in LAGS}, weights=weights
+        )
+        sums.add(block_sums(block))
+        m = min(reach, n)
+        heads[("train", lo)] = {"x": a[lo : lo + m]}
+        tails[("train", hi)] = {"x": a[hi - m : hi]}
+    coverage = Coverage({"train": tuple(runs)})
+    return Partial(RunMoments({"x": sums}), coverage, {"data": "x"}, reach, heads, tails)
+
+
+def _seam_of(weights):
+    def seam(series, at, tail, head) -> RunMoments:
+        """The differences from ``tail``'s steps into ``head``'s, as the runtime's seam."""
+        t, h = tail["x"], head["x"]
+        array = np.concatenate([t, h])
+        diffs = {k: (max(len(t), k), min(len(t) + k, len(array))) for k in LAGS}
+        diffs = {k: r if r[0] < r[1] else (0, 0) for k, r in diffs.items()}
+        block = Block(array, np.arange(array.shape[2]), (0, 0), diffs, weights=weights)
+        out = StreamMoments.create(array.shape[2], LAGS, weighted=weights is not None)
+        out.add(block_sums(block))
+        return RunMoments({"x": out})
+
+    return seam
+
+
+def _partial_bytes(p: Partial) -> list:
+    edges = [(k, v["x"].tobytes()) for d in (p.heads, p.tails) for k, v in sorted(d.items())]
+    return [_bytes(p.sums.streams["x"]), p.coverage.to_json(), edges]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_t=st.integers(2, 14),
+    n_pieces=st.integers(1, 5),
+    weighted=st.booleans(),
+    nan_fraction=st.sampled_from([0.0, 0.1]),
+    data=st.data(),
+)
+def test_partials_of_any_unit_sets_merge_to_the_whole(
+    seed, n_t, n_pieces, weighted, nan_fraction, data
+):
+    """Steps dealt at random to pieces (each piece: any set of steps, so ranges
+    with gaps), each piece's sums computed from its own steps alone, merged in
+    any order and grouping with the seams' differences: the whole run's sums,
+    coverage and edges, byte for byte."""
+    rng = np.random.default_rng(seed)
+    a = (280.0 + 9.0 * rng.standard_normal((n_t, 6, 2))).astype(np.float32)
+    a[rng.random(a.shape) < nan_fraction] = np.nan
+    weights = rng.uniform(0.0, 2.0, 6) if weighted else None
+    owner = data.draw(st.lists(st.integers(0, n_pieces - 1), min_size=n_t, max_size=n_t))
+    pieces = []
+    for i in sorted(set(owner)):
+        steps = [t for t in range(n_t) if owner[t] == i]
+        pieces.append(_run_partial(a, _intervals(steps), weights))
+    order = data.draw(st.permutations(range(len(pieces))))
+    splits = data.draw(st.lists(st.integers(0, 100), max_size=6))
+    seam = _seam_of(weights)
+
+    def tree(parts: list[Partial], splits: list[int]) -> Partial:
+        if len(parts) == 1:
+            return parts[0]
+        cut = 1 + splits[0] % (len(parts) - 1) if splits else len(parts) // 2
+        return tree(parts[:cut], splits[1:]).merge(tree(parts[cut:], splits[1:]), seam)
+
+    merged = tree([pieces[i] for i in order], splits)
+    assert _partial_bytes(merged) == _partial_bytes(_run_partial(a, [(0, n_t)], weights))
+
+
+def test_overlapping_or_foreign_partials_are_refused_and_left_unchanged():
+    rng = np.random.default_rng(3)
+    a = (280.0 + rng.standard_normal((10, 5, 1))).astype(np.float32)
+    left, right = _run_partial(a, [(0, 6)], None), _run_partial(a, [(4, 10)], None)
+    before = [_partial_bytes(left), _partial_bytes(right)]
+    with pytest.raises(CoverageOverlap, match=r"train: steps \[4, 6\) are held twice"):
+        left.merge(right, _seam_of(None))
+    other = _run_partial(a, [(6, 10)], None)
+    other.identity = {"data": "y"}
+    with pytest.raises(PartialMismatch):
+        left.merge(other, _seam_of(None))
+    assert [_partial_bytes(left), _partial_bytes(right)] == before
+    empty = Partial.empty(left.sums, left.identity, left.reach)
+    assert _partial_bytes(empty.merge(left)) == _partial_bytes(left)

@@ -483,3 +483,20 @@ def test_a_state_without_the_grids_coordinates_is_refused(data, tmp_path, capsys
         capsys, tmp_path, _update(root, tmp_path, tmp_path / "old.wxstate", root / "b.zarr")
     )
     assert "old.wxstate: a state written by wxstats" in line and "recompute it" in line
+
+
+def test_merge_refuses_times_between_the_steps_of_another_state(data, tmp_path, capsys):
+    """A state of the hourly data shifted by half an hour holds no time step of
+    the others' grid: merged, even across an allowed gap, it is refused naming it."""
+    root, _ = data
+    with xr.open_dataset(root / "c.nc") as ds:
+        shifted = ds.assign_coords(time=ds["time"].values + np.timedelta64(30, "m")).load()
+    shifted.to_netcdf(tmp_path / "shifted.nc")
+    state = tmp_path / "shifted.wxstate"
+    args = ["compute", str(tmp_path / "shifted.nc"), "--state", str(state), *STEPS]
+    assert main([*args, "--output", str(tmp_path / "s.nc")]) == 0
+    merge = ["merge", str(root / "a.wxstate"), str(state), "--allow-gap"]
+    assert_refused(
+        capsys, tmp_path, [*merge, "--output", str(tmp_path / "m.nc")],
+        "shifted.wxstate", "not on the time steps", "a.wxstate",
+    )  # fmt: skip

@@ -3,11 +3,12 @@
 Every rank keeps one part file ``part-<unique id>.wxstate`` in the checkpoint
 folder, in the state file's codec (:mod:`wxstats.io.formats.wxstate`: netCDF
 with a format version and a checksum): the time steps it has summed
-(:class:`Done`: by split, ranges of time indices whose values and the
-differences ending at them are in the part; a MEPS datastore's by sample file,
-see :meth:`~wxstats.sources.base.Source.covers`) and the exact accumulator of
-exactly those steps (packed int64/float64 arrays; ``meta`` holds
-``checkpoint_part``, :data:`FORMAT_VERSION`, and ``done``).
+(a :class:`~wxstats.core.partial.Coverage`: by split, ranges of time indices
+whose values and the differences ending at them are in the part; a MEPS
+datastore's by sample file, see :meth:`~wxstats.sources.base.Source.covers`)
+and the exact accumulator of exactly those steps: a
+:class:`~wxstats.core.partial.Partial` (``meta`` holds ``checkpoint_part``,
+:data:`FORMAT_VERSION`, and ``done``, the coverage's JSON form).
 Files are replaced atomically (temporary file, fsync, rename), so a kill at
 any moment, even during a write, leaves the previous version. Every time step
 is summed on its own with its own reference, so the union of the part files of
@@ -34,6 +35,7 @@ from typing import Any
 from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
+from wxstats.core.partial import Coverage, CoverageOverlap, Partial
 from wxstats.io.atomic import write_all
 from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
 from wxstats.runtime.identity import first_difference
@@ -56,78 +58,6 @@ def _contents(folder: Path) -> list[str]:
         for p in folder.iterdir()
         if not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
     )
-
-
-class Done:
-    """Time steps summed, by unit (a split, ``<split> (no time)``, a MEPS sample
-    file: :class:`~wxstats.sources.base.SampleSteps`): sorted, disjoint
-    ``[start, stop)`` ranges of absolute time indices."""
-
-    def __init__(self, ranges: dict[str, list[tuple[int, int]]] | None = None) -> None:
-        self.ranges: dict[str, list[tuple[int, int]]] = {}
-        for unit, spans in (ranges or {}).items():
-            for a, b in spans:
-                self.add(unit, a, b)
-
-    def add(self, unit: str, start: int, stop: int) -> bool:
-        """Record ``[start, stop)``; False (and nothing recorded) when a step of it
-        is recorded already."""
-        if start >= stop:
-            return True
-        spans = self.ranges.setdefault(unit, [])
-        if any(a < stop and start < b for a, b in spans):
-            return False
-        spans.append((int(start), int(stop)))
-        spans.sort()
-        joined = [spans[0]]
-        for a, b in spans[1:]:
-            if a == joined[-1][1]:
-                joined[-1] = (joined[-1][0], b)
-            else:
-                joined.append((a, b))
-        self.ranges[unit] = joined
-        return True
-
-    def update(self, other: Done) -> list[str]:
-        """Add ``other``; the units it shares steps with (those steps not added)."""
-        both = []
-        for unit, spans in other.ranges.items():
-            if not all([self.add(unit, a, b) for a, b in spans]):
-                both.append(unit)
-        return both
-
-    def missing(self, unit: str, start: int, stop: int) -> list[tuple[int, int]]:
-        """The ranges of ``[start, stop)`` not recorded."""
-        out, at = [], start
-        for a, b in self.ranges.get(unit, []):
-            if b <= at or a >= stop:
-                continue
-            if a > at:
-                out.append((at, a))
-            at = max(at, b)
-        if at < stop:
-            out.append((at, stop))
-        return out
-
-    def __len__(self) -> int:
-        """The number of steps recorded."""
-        return sum(b - a for spans in self.ranges.values() for a, b in spans)
-
-    def to_json(self) -> str:
-        return json.dumps({u: [list(r) for r in s] for u, s in sorted(self.ranges.items())})
-
-    @staticmethod
-    def from_json(text: str) -> Done:
-        """Refuses (ValueError) what is not a mapping of units to ranges."""
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("not a mapping")
-        done = Done()
-        for unit, spans in data.items():
-            for a, b in spans:
-                if not (isinstance(a, int) and isinstance(b, int)) or not done.add(unit, a, b):
-                    raise ValueError(f"bad ranges of {unit}")
-        return done
 
 
 class Checkpoint:
@@ -222,41 +152,43 @@ class Checkpoint:
             )
 
     # -- reading what earlier runs did ------------------------------------
-    def load(self, template: RunMoments) -> tuple[Done, RunMoments]:
-        """(the time steps summed, their exact accumulator) of all part files.
-
-        ``template`` is an empty accumulator giving the layout; it is filled.
-        """
-        done = Done()
+    def load(self, template: RunMoments) -> Partial:
+        """All part files merged into one partial: the time steps summed and their
+        exact sums (``template``: an empty accumulator giving the layout)."""
+        total = Partial.empty(template, {})
         for path in sorted(self.directory.glob(OLD_PARTS)):
             raise self._other_format(path, "sample indices in .npz")
         for path in sorted(self.directory.glob(PART.format("*"))):
             try:
-                part = read_state_file(path)
-            except StateFileError as exc:
-                if exc.version is not None:
-                    raise self._other_format(path, f"state format {exc.version}") from None
-                raise self._damaged(path, exc.why) from None
-            version = part.meta.get("checkpoint_part") if isinstance(part.meta, dict) else None
-            if version != FORMAT_VERSION:
-                raise self._other_format(path, f"{version or 'not a checkpoint part'}")
-            try:
-                steps = Done.from_json(json.dumps(part.meta["done"]))
-            except (KeyError, ValueError, TypeError):
-                raise self._damaged(path, "its time steps are unreadable") from None
-            overlap = done.update(steps)
-            if overlap:
+                total = total.merge(self._read(path, template))
+            except CoverageOverlap as exc:
                 raise WxstatsError(
-                    f"{path}: time steps of {', '.join(overlap[:3])} are in two part files; "
+                    f"{path}: time steps of {exc.series} are in two part files; "
                     "the checkpoint is inconsistent, remove the folder and start afresh"
-                )
-            piece = template.empty_like()
-            try:
-                piece.unpack_like(part.sums, part.minimum, part.maximum)
-            except (ValueError, IndexError):
-                raise self._damaged(path, "its sums do not fit this run's layout") from None
-            template.merge(piece)
-        return done, template
+                ) from None
+        return total
+
+    def _read(self, path: Path, template: RunMoments) -> Partial:
+        """One part file as a partial, or refused in one line."""
+        try:
+            part = read_state_file(path)
+        except StateFileError as exc:
+            if exc.version is not None:
+                raise self._other_format(path, f"state format {exc.version}") from None
+            raise self._damaged(path, exc.why) from None
+        version = part.meta.get("checkpoint_part") if isinstance(part.meta, dict) else None
+        if version != FORMAT_VERSION:
+            raise self._other_format(path, f"{version or 'not a checkpoint part'}")
+        try:
+            steps = Coverage.from_json(part.meta["done"])
+        except (KeyError, ValueError, TypeError):
+            raise self._damaged(path, "its time steps are unreadable") from None
+        sums = template.empty_like()
+        try:
+            sums.unpack_like(part.sums, part.minimum, part.maximum)
+        except (ValueError, IndexError):
+            raise self._damaged(path, "its sums do not fit this run's layout") from None
+        return Partial(sums, steps)
 
     def _other_format(self, path: Path, what: str) -> WxstatsError:
         return WxstatsError(
@@ -275,9 +207,9 @@ class Checkpoint:
         )
 
     # -- saving this rank's progress --------------------------------------
-    def save(self, done: Done, acc: RunMoments) -> None:
+    def save(self, done: Coverage, acc: RunMoments) -> None:
         """Atomically replace this rank's part file with its current state."""
         ints, minimum, maximum = acc.pack()
-        meta = {"checkpoint_part": FORMAT_VERSION, "done": json.loads(done.to_json())}
+        meta = {"checkpoint_part": FORMAT_VERSION, "done": done.to_json()}
         part = StateFile(meta=meta, sums=ints, minimum=minimum, maximum=maximum)
         write_all({self.part: state_writer(part, __version__)}, overwrite=True)

@@ -1,30 +1,23 @@
 """Statistics that grow with the data: ``compute --state``, ``update`` and ``merge``.
 
-A full run over a split sums every time step on its own and every difference
-``x[t] - x[t-k]`` at its later time ``t``, then adds the exact sums. Two
-adjacent time ranges therefore give the full run's sums as: the sums of the
-first range, plus those of the second, plus the differences whose earlier
-time is in the first range and later time in the second (the *seam*:
-computed from the first range's last and the second range's first
-``max(diff_steps)`` steps, which every state keeps). Every time step is
-summed relative to its own reference (:mod:`wxstats.core.unit_reference`), so
-states computed apart, on any machines and in any order, join to the same
-bytes as the full run. A neural-lam MEPS datastore's samples are independent
-(no difference crosses two), so their states join by adding the sums of
-disjoint sets of samples.
-
-:func:`combine` joins states as their coverage is: time ranges in time order
-(refusing overlaps, gaps unless allowed, other data), sets of samples in any
-order (refusing a sample counted twice, other data); :class:`Growth` is what
-a ``compute`` or ``update`` run does with states: check the new data against
-the state before reading it (an update of samples reads only those not in the
-state), and after the all-reduce join the new sums to the state's and keep the
-result to write.
+A state is a :class:`~wxstats.core.partial.Partial` on disk, so :func:`combine`
+is :meth:`Partial.merge <wxstats.core.partial.Partial.merge>` of the states'
+partials plus, where two time ranges meet, the *seam*: the differences from
+the earlier range's last into the later range's first ``max(diff_steps)``
+steps (:func:`seam`, from the edges every state keeps). Time ranges are
+placed on one grid of steps first; a MEPS datastore's samples are units of
+their own (no difference crosses two). Refused before anything is written:
+other data, a unit counted twice, a gap unless allowed. :class:`Growth` is
+what a ``compute`` or ``update`` run does with states: check the new data
+against the state before reading it (an update of samples reads only those
+not in the state), and after the all-reduce join the new sums to the state's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +26,13 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
+from wxstats.core.partial import Edges, Partial, Seam
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
     COVERAGES,
+    TIME,
     SampleCoverage,
     State,
     TimeCoverage,
@@ -46,70 +41,43 @@ from wxstats.runtime.state import (
     identity_of,
     refuse_mismatch,
     source_name,
+    spans,
     state_of_run,
 )
 from wxstats.sources.base import Source, TimeAxisSource
 
 
-@dataclass
-class Span:
-    """One contiguous range of a state's coverage with its edge steps (``owner``:
-    the index of its state among those being combined)."""
-
-    first: int | float
-    last: int | float
-    n: int
-    head: dict[str, np.ndarray]
-    tail: dict[str, np.ndarray]
-    owner: int = 0
-
-
-def spans(state: State, owner: int = 0) -> list[Span]:
-    """The contiguous ranges of ``state``, each with its own edges."""
-    out, at = [], 0
-    for first, last, n in state.coverage.spans:
-        m = min(state.reach, int(n))
-        edges = [{v: e[at : at + m] for v, e in side.items()} for side in (state.head, state.tail)]
-        out.append(Span(first, last, int(n), *edges, owner))
-        at += m
-    return out
-
-
-def seam(state: State, earlier: Span, later: Span, where: str) -> RunMoments:
-    """The exact sums of the differences whose earlier time is in ``earlier``
-    and later time in ``later`` (adjacent ranges of states like ``state``)."""
+def seam(state: State, tail: Edges, head: Edges, before: Any, after: Any, where: str) -> RunMoments:
+    """The exact sums of the differences from the steps of ``tail`` (the last at
+    time ``before``) into those of ``head`` (the first at time ``after``): the
+    seam of two adjacent ranges of data like ``state``'s."""
     blocks = {}
     split = state.identity["split"]
-    for var, tail in earlier.tail.items():
-        head = later.head[var]
-        n_t, n_h = tail.shape[0], head.shape[0]
-        array = np.concatenate([tail, head.astype(np.result_type(tail, head))])
+    for var, last in tail.items():
+        first = head[var]
+        n_t, n_h = last.shape[0], first.shape[0]
+        array = np.concatenate([last, first.astype(np.result_type(last, first))])
         diffs = {}
         for k in state.identity["diff_steps"]:
             lo, hi = max(n_t, k), min(n_t + k, n_t + n_h)
             diffs[k] = (lo, hi) if lo < hi else (0, 0)
         channels = np.arange(array.shape[2], dtype=np.int64)
-        groups = _edge_groups(state, earlier, later, n_t, n_h)
+        groups = _edge_groups(state, before, after, n_t, n_h)
         weights = state.weights.get(var)
         blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups, weights)
-    return blocks_accumulator(
-        state.specs,
-        blocks,
-        where=where,
-        skipna=state.identity["skipna"],
-    )
+    return blocks_accumulator(state.specs, blocks, where=where, skipna=state.identity["skipna"])
 
 
-def _edge_groups(state: State, earlier: Span, later: Span, n_t: int, n_h: int) -> np.ndarray | None:
-    """A climatology's group of each step of ``earlier``'s tail then ``later``'s head."""
+def _edge_groups(state: State, before: Any, after: Any, n_t: int, n_h: int) -> np.ndarray | None:
+    """A climatology's group of each step of a seam's tail then head."""
     by = state.identity.get("by")
     if not by:
         return None
     from wxstats.sources.xarray.timeaxis import group_index
 
-    step = int(later.first - earlier.last)
-    ns = [earlier.last - step * (n_t - 1 - i) for i in range(n_t)] + [
-        later.first + step * i for i in range(n_h)
+    step = int(after - before)
+    ns = [before - step * (n_t - 1 - i) for i in range(n_t)] + [
+        after + step * i for i in range(n_h)
     ]
     return group_index(by, np.array(ns, dtype=np.int64).astype("datetime64[ns]"))
 
@@ -148,6 +116,17 @@ def _check_axis(prev: State, nxt: State, verb: str) -> int | float | None:
     return step
 
 
+def _gap(later: State, earlier: State, first: Any, last: Any, step: Any) -> WxstatsError:
+    """``later`` starts at ``first``, not the step after ``earlier``'s ``last``."""
+    cov = earlier.coverage
+    expected = cov.label(last + step) if step is not None else "the next time step"
+    return WxstatsError(
+        f"{later.name}: leaves a gap after {earlier.name}: it starts at {cov.label(first)}, "
+        f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
+        "differences are counted across it)"
+    )
+
+
 def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
     a, b = prev.coverage, nxt.coverage
@@ -159,12 +138,7 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
         )
     if step is None or not _next_step(a, b.first, step):
         if not allow_gap:
-            expected = a.label(a.last + step) if step is not None else "the next time step"
-            raise WxstatsError(
-                f"{nxt.name}: leaves a gap after {prev.name}: it starts at {b.label(b.first)}, "
-                f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
-                "differences are counted across it)"
-            )
+            raise _gap(nxt, prev, b.first, a.last, step)
         if min(a.n, b.n) < prev.reach:
             raise WxstatsError(
                 f"{nxt.name}: cannot join across a gap a range shorter than the largest "
@@ -174,33 +148,60 @@ def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
     return True
 
 
-def _join(prev: Span, nxt: Span, reach: int) -> Span:
-    """Adjacent ranges as one (edges of ``reach`` steps reaching across a short one)."""
-    head = {v: np.concatenate([prev.head[v], nxt.head[v]])[:reach] for v in prev.head}
-    tail = {v: np.concatenate([prev.tail[v], nxt.tail[v]])[-reach:] for v in nxt.tail}
-    return Span(prev.first, nxt.last, prev.n + nxt.n, head, tail, prev.owner)
-
-
 def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
-    """One state of disjoint ``states`` (any order), as one run over all of them,
-    joined as their kind of coverage is (:data:`JOINS`)."""
+    """One state of disjoint ``states`` (any order), as one run over all of them:
+    their partials merged (:meth:`~wxstats.core.partial.Partial.merge`, with the
+    seams' differences where time ranges meet). Refused before anything is
+    written: other data, a unit counted twice, a gap unless allowed."""
+    if all(isinstance(s.coverage, TimeCoverage) for s in states):  # compared in time order
+        states = sorted(states, key=lambda s: s.coverage.first)
+    first = states[0]
     for other in states[1:]:
-        if type(other.coverage) is not type(states[0].coverage):  # another kind of data
-            refuse_mismatch(states[0], other.identity, other.name, verb)
-    return JOINS[type(states[0].coverage)](states, allow_gap, verb)
+        refuse_mismatch(first, other.identity, other.name, verb)
+    if isinstance(first.coverage, SampleCoverage):
+        return _combine_samples(states)
+    return _combine_ranges(states, allow_gap, verb)
 
 
-def combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
-    """Time ranges: in time order, a seam where two meet (a state may fill
-    another's gap), a gap elsewhere (refused unless allowed, or inside a state's gap)."""
+def _merged(states: list[State], partials: list[Partial], seam: Seam | None = None) -> Partial:
+    """The partials merged, a unit counted twice refused naming both states."""
+    for i, j in combinations(range(len(states)), 2):
+        shared = partials[i].coverage.overlap(partials[j].coverage)
+        if shared is not None:
+            a, b = states[i], states[j]
+            what = f"both count sample {shared[0]} (" if shared[0] != TIME else ""
+            unit = "sample" if shared[0] != TIME else "time step"
+            raise WxstatsError(
+                f"{b.name}: overlaps {a.name}: {what}{b.coverage.text} vs {a.coverage.text}"
+                f"{')' if what else ''}; each {unit} may be counted once"
+            )
+    return reduce(lambda x, y: x.merge(y, seam), partials)
+
+
+def _combine_samples(states: list[State]) -> State:
+    """Sets of samples: no difference crosses two samples, so their sums add."""
+    total = _merged(states, [s.partial() for s in states])
+    ordered = sorted(states, key=lambda s: s.coverage.samples[0])
+    return State(
+        identity=states[0].identity,
+        specs=states[0].specs,
+        coverage=SampleCoverage(tuple(total.coverage.ranges)),
+        acc=total.sums,
+        datasets=[d for s in ordered for d in s.datasets],
+        attrs=dict(ordered[0].attrs),
+        path=states[0].path,
+    )
+
+
+def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
+    """Time ranges: placed on one grid of time steps (:meth:`State.partial`),
+    merged with a seam where two meet (a state may fill another's gap); a gap
+    elsewhere is refused unless allowed or inside a state's own gap."""
     ordered = sorted(states, key=lambda s: s.coverage.first)
     first = ordered[0]
-    acc = first.acc.empty_like()
-    acc.merge(first.acc)
     static = first.static_streams
     ruler = first  # the first state with a time step (more than one step) gives it
     for other in ordered[1:]:
-        refuse_mismatch(first, other.identity, other.name, verb)
         _check_axis(ruler, other, verb)
         ruler = ruler if ruler.coverage.step is not None else other
         for name in static:
@@ -211,91 +212,63 @@ def combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
                     f"{other.name}: the static variable {name.split('__')[0]} differs from "
                     f"{first.name}'s; a static field must be the same in every range"
                 )
-        acc.merge(_time_streams(other.acc, static))
     cov, step = first.coverage, ruler.coverage.step
-    pieces = sorted((p for i, s in enumerate(ordered) for p in spans(s, i)), key=lambda p: p.first)
-    joined = [pieces[0]]
-    for nxt in pieces[1:]:
-        prev = joined[-1]
-        a, b = ordered[prev.owner], ordered[nxt.owner]
-        if nxt.first <= prev.last:
+    singles = sorted({s.coverage.first for s in ordered})  # no step: one step each
+
+    def place(state: State, value: int | float) -> int:
+        """A time's position on the grid of steps from the earliest time."""
+        if step is None:
+            return 2 * singles.index(value)  # never adjacent
+        if np.dtype(cov.dtype).kind != "f" and (value - cov.first) % step:
             raise WxstatsError(
-                f"{b.name}: overlaps {a.name}: {b.coverage.text} vs {a.coverage.text}; each "
-                "time step may be counted once"
+                f"{state.name}: its times are not on the time steps of {first.name} "
+                f"({cov.delta(step)} apart from {cov.label(cov.first)})"
             )
-        if step is not None and _same(cov, nxt.first, prev.last + step, step):
-            where = f"{b.name}: the differences across {cov.label(nxt.first)}"
-            acc.merge(seam(first, prev, nxt, where))
-            joined[-1] = _join(prev, nxt, first.reach)
-            continue
-        inside = any(s.coverage.first < nxt.first and s.coverage.last > prev.last for s in ordered)
+        return int(np.rint((value - cov.first) / step))
+
+    partials, starts, ends, time = [], {}, {}, {}
+    for state in ordered:
+        part = state.partial(lambda v, s=state: place(s, v))
+        if state is not first:  # a static field is counted once
+            part.sums = _time_streams(part.sums, static)
+        partials.append(part)
+        for (a, b), span in zip(part.coverage.ranges[TIME], spans(state), strict=True):
+            starts[a], ends[b], time[a], time[b - 1] = state, state, span.first, span.last
+
+    def seam_at(series: str, at: int, tail: Edges, head: Edges) -> RunMoments:
+        where = f"{starts[at].name}: the differences across {cov.label(time[at])}"
+        return seam(first, tail, head, time[at - 1], time[at], where)
+
+    total = _merged(ordered, partials, seam_at)
+    ranges = total.coverage.ranges[TIME]
+    gaps = [(b, c) for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True)]
+    for b, c in gaps:
+        inside = any(s.coverage.first < time[c] and s.coverage.last > time[b - 1] for s in ordered)
         if not (allow_gap or inside):
-            expected = cov.label(prev.last + step) if step is not None else "the next time step"
-            raise WxstatsError(
-                f"{b.name}: leaves a gap after {a.name}: it starts at {cov.label(nxt.first)}, "
-                f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
-                "differences are counted across it)"
-            )
-        joined.append(nxt)
-    ranges = [[p.first, p.last, p.n] for p in joined]
-    gaps = [
-        [cov.label(p.last), cov.label(q.first)]
-        for p, q in zip(joined[:-1], joined[1:], strict=True)
-    ]
+            raise _gap(starts[c], ends[b], time[c], time[b - 1], step)
+    joined = [[time[a], time[b - 1], b - a] for a, b in ranges]
+    n = sum(r[2] for r in joined)
     return State(
         identity=first.identity,
         specs=first.specs,
         coverage=TimeCoverage(
-            cov.dtype,
-            ranges[0][0],
-            ranges[-1][1],
-            sum(r[2] for r in ranges),
-            step,
-            ranges if len(ranges) > 1 else None,
+            cov.dtype, joined[0][0], joined[-1][1], n, step, joined if gaps else None
         ),
-        acc=acc,
-        head={v: np.concatenate([p.head[v] for p in joined]) for v in first.head},
-        tail={v: np.concatenate([p.tail[v] for p in joined]) for v in first.tail},
+        acc=total.sums,
+        head={
+            v: np.concatenate([total.heads[(TIME, a)][v] for a, _ in ranges]) for v in first.head
+        },
+        tail={
+            v: np.concatenate([total.tails[(TIME, b)][v] for _, b in ranges]) for v in first.tail
+        },
         weights=first.weights,
         datasets=[d for s in ordered for d in s.datasets],
-        attrs={**first.attrs, "gaps": gaps},
+        attrs={
+            **first.attrs,
+            "gaps": [[cov.label(time[b - 1]), cov.label(time[c])] for b, c in gaps],
+        },
         path=first.path,
     )
-
-
-def combine_samples(states: list[State], allow_gap: bool, verb: str) -> State:
-    """Sets of samples: no difference crosses two samples, so their exact sums
-    add; refused before anything is written: other data, a sample in two states."""
-    first = states[0]
-    owner: dict[str, State] = {}
-    for state in states:
-        if state is not first:
-            refuse_mismatch(first, state.identity, state.name, verb)
-        for name in state.coverage.samples:
-            if name in owner:
-                raise WxstatsError(
-                    f"{state.name}: overlaps {owner[name].name}: both count sample {name} "
-                    f"({state.coverage.text} vs {owner[name].coverage.text}); each sample may "
-                    "be counted once"
-                )
-            owner[name] = state
-    acc = first.acc.empty_like()
-    for state in states:
-        acc.merge(state.acc)
-    ordered = sorted(states, key=lambda s: s.coverage.samples[0])
-    return State(
-        identity=first.identity,
-        specs=first.specs,
-        coverage=SampleCoverage(tuple(owner)),
-        acc=acc,
-        datasets=[d for s in ordered for d in s.datasets],
-        attrs=dict(ordered[0].attrs),
-        path=first.path,
-    )
-
-
-JOINS = {TimeCoverage: combine_ranges, SampleCoverage: combine_samples}
-"""How the states of each kind of coverage join (:data:`wxstats.runtime.state.COVERAGES`)."""
 
 
 def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:

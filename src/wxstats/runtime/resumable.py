@@ -13,6 +13,7 @@ accumulator matches the samples recorded).
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -26,8 +27,9 @@ from typing import Any
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import Interrupted
+from wxstats.core.partial import Coverage
 from wxstats.parallel.job import Solo, World
-from wxstats.runtime.checkpoint import Checkpoint, Done
+from wxstats.runtime.checkpoint import Checkpoint
 from wxstats.runtime.engine import Steps, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.sources.base import Source
@@ -52,30 +54,23 @@ class Plan:
     skipped: int = 0
 
 
-def plan(source: Source, done: Done) -> Plan:
+def plan(source: Source, done: Coverage) -> Plan:
     """The samples of ``source`` with time steps not in ``done`` (the same on
     every rank: it depends on the source and ``done`` only)."""
     out = Plan()
     for index in range(len(source)):
-        spans: dict[str, set[tuple[int, int]]] = {}
-        for span in source.covers(index).values():
-            if span.start < span.stop:
-                spans.setdefault(span.unit, set()).add((span.start, span.stop))
-        adds: Steps = {}
-        whole = True
-        for unit, ranges in spans.items():
-            for start, stop in sorted(ranges):
-                gaps = done.missing(unit, start, stop)
-                whole = whole and gaps == [(start, stop)]
-                if gaps:
-                    adds.setdefault(unit, []).extend(gaps)
+        spans = [s for s in source.covers(index).values() if s.start < s.stop]
+        wants = Coverage(
+            {s.unit: tuple((t.start, t.stop) for t in spans if t.unit == s.unit) for s in spans}
+        )
+        adds = wants.difference(done)
         if not adds:
             out.skipped += 1
             continue
         out.todo.append(index)
-        out.adds[index] = adds
-        if not whole:
-            out.partial[index] = adds
+        out.adds[index] = {unit: list(ranges) for unit, ranges in adds.ranges.items()}
+        if adds != wants:
+            out.partial[index] = out.adds[index]
     return out
 
 
@@ -102,7 +97,7 @@ class Resumable:
         self.started = False  # the folder holds a checkpoint of this run
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
-        self._done = Done()
+        self._done = Coverage()
         self._adds: dict[int, Steps] = {}
         self.partial: dict[int, Steps] = {}
         """Samples to sum over some of their steps only (see :func:`plan`)."""
@@ -133,10 +128,11 @@ class Resumable:
         payload = b""
         if rank == 0:
             self._checkpoint.prepare(self.resume)
-            done, carried = self._checkpoint.load(empty_accumulator(source))
-            payload = zlib.compress(done.to_json().encode())
+            loaded = self._checkpoint.load(empty_accumulator(source))
+            carried = loaded.sums
+            payload = zlib.compress(json.dumps(loaded.coverage.to_json()).encode())
         payload = world.broadcast_bytes("checkpoint/done", payload)
-        work = plan(source, Done.from_json(zlib.decompress(payload).decode()))
+        work = plan(source, Coverage.from_json(zlib.decompress(payload).decode()))
         self._adds, self.partial = work.adds, work.partial
         self.done_before = work.skipped
         self.started = True
@@ -153,9 +149,10 @@ class Resumable:
         self._acc, self._last_save = acc, self.clock()
 
         def after_sample(index: int) -> None:
-            for unit, ranges in self._adds.get(index, {}).items():
-                for a, b in ranges:
-                    self._done.add(unit, a, b)
+            adds = self._adds.get(index, {})
+            self._done = self._done.union(
+                Coverage.of((unit, a, b) for unit, ranges in adds.items() for a, b in ranges)
+            )
             self._count += 1
             if self._signal is not None:
                 self.save()

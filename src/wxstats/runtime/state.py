@@ -1,37 +1,29 @@
 """What a statistics state is of, and when two states may become one.
 
-A :class:`State` is the exact accumulator of one split of some data, with the
-identity of the data (variables, features, units, grid, difference steps, NaN
-handling) and what of it was counted: its *coverage*, which the data's
-capabilities decide (:data:`COVERAGES`):
-
-* a zarr/netCDF dataset: time ranges (:class:`TimeCoverage`), with the first
-  and last ``max(diff_steps)`` time steps of each (its *edges*), as
-  differences cross from one range into the next;
-* a neural-lam MEPS datastore: a set of samples (:class:`SampleCoverage`), one
-  per analysis time and member file; differences never cross samples, so no
-  edges.
-
-That is enough to add more data with the same bytes as one run over all of
-it: the sums are exact integers, every time step is summed on its own with its
-own reference (the summation unit), and the differences across a boundary of
-time ranges need only the earlier range's tail and the later range's head
-(:mod:`wxstats.runtime.grow`).
-
-The file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
+A :class:`State` is a :class:`~wxstats.core.partial.Partial` of one split of
+some data as the state file holds it (:meth:`State.partial`): exact sums, the
+identity of the data, what of it was counted (its coverage, as the data's
+capabilities decide, :data:`COVERAGES`: time ranges of a zarr/netCDF dataset,
+:class:`TimeCoverage`, with the edge steps of each range; a set of samples of
+a neural-lam MEPS datastore, :class:`SampleCoverage`, no edges as no
+difference crosses two samples). How states join is :mod:`wxstats.runtime.grow`;
+the file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
 given meaning, and mismatches are refused in one line that says what differs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
+from wxstats.core.partial import Coverage as Units
+from wxstats.core.partial import Partial
 from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
@@ -180,6 +172,9 @@ class SampleCoverage:
             )
 
 
+TIME = "time"
+"""The one series of a time coverage's units (:meth:`State.partial`)."""
+
 Coverage = TimeCoverage | SampleCoverage
 """What a state covers; each kind has ``n``, ``text``, ``bounds``, ``split_text``,
 ``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
@@ -320,6 +315,24 @@ class State:
     def name(self) -> str:
         return self.path or "the new data"
 
+    def partial(self, place: Callable[[int | float], int] | None = None) -> Partial:
+        """This state as a core partial: a sample coverage's samples as units of
+        their own; a time coverage's ranges as steps of :data:`TIME`, ``place``
+        giving a time's position on the grid of the states being joined, each
+        range with its edges."""
+        if isinstance(self.coverage, SampleCoverage):
+            units = Units({name: ((0, 1),) for name in self.coverage.samples})
+            return Partial(self.acc, units, self.identity)
+        assert place is not None
+        heads, tails, ranges = {}, {}, []
+        for span in spans(self):
+            a = place(span.first)
+            heads[(TIME, a)], tails[(TIME, a + span.n)] = span.head, span.tail
+            ranges.append((a, a + span.n))
+        return Partial(
+            self.acc, Units({TIME: tuple(ranges)}), self.identity, self.reach, heads, tails
+        )
+
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
         ints, minimum, maximum = self.acc.pack()
@@ -371,6 +384,27 @@ class State:
                 f"{path}: not a usable wxstats state file (its contents do not fit together: "
                 f"{exc}); nothing was written"
             ) from None
+
+
+class Span(NamedTuple):
+    """One contiguous range of a time coverage with its edge steps."""
+
+    first: int | float
+    last: int | float
+    n: int
+    head: dict[str, np.ndarray]
+    tail: dict[str, np.ndarray]
+
+
+def spans(state: State) -> list[Span]:
+    """The contiguous ranges of ``state``, each with its own edges."""
+    out, at = [], 0
+    for first, last, n in state.coverage.spans:
+        m = min(state.reach, int(n))
+        edges = [{v: e[at : at + m] for v, e in side.items()} for side in (state.head, state.tail)]
+        out.append(Span(first, last, int(n), *edges))
+        at += m
+    return out
 
 
 # -- what a source is, for a state -----------------------------------------------------
