@@ -33,7 +33,7 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import Stats
+from wxstats.core.stats import Stats, stream_name
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
@@ -91,7 +91,7 @@ def seam(state: State, earlier: Span, later: Span, where: str) -> RunMoments:
         channels = np.arange(array.shape[2], dtype=np.int64)
         groups = _edge_groups(state, earlier, later, n_t, n_h)
         weights = state.weights.get(var)
-        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups, weights)
+        blocks[stream_name(var, split)] = Block(array, channels, (0, 0), diffs, groups, weights)
     return blocks_accumulator(
         state.specs,
         blocks,

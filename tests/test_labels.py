@@ -1,0 +1,99 @@
+"""The labelled result model: statistics along their dimensions and coordinates
+(``level``, a climatology's ``month``, ``diff_step``), selected by label, against an
+independent float64 reference; the same labels computed in-process and read back
+from the written file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+from gridded_data import gridded, write_zarr
+
+import wxstats
+from reference import two_pass
+from wxstats.cli import main
+
+STEPS = (1, 3)
+
+
+@pytest.fixture(scope="module")
+def clim(tmp_path_factory):
+    """60 steps 18 h apart from 20 January (January to March), levels stored
+    850 then 500 (not sorted: positions are not labels); ``--by month`` computed
+    in-process and written to a statistics file."""
+    root = tmp_path_factory.mktemp("labels")
+    ds, _ = gridded(n_time=60)
+    times = np.datetime64("2021-01-20T00", "h") + 18 * np.arange(60).astype("timedelta64[h]")
+    ds = ds.assign_coords(time=times).isel(level=[1, 0])
+    path = write_zarr(ds, root / "c.zarr", time_chunk=7)
+    stats = wxstats.compute(path, by="month", diff_steps=STEPS)
+    out = root / "stats.nc"
+    argv = ["compute", str(path), "--by", "month", "--diff-steps", "1,3", "--quiet"]
+    assert main([*argv, "--output", str(out)]) == 0
+    return ds, stats, out
+
+
+def _reference(ds: xr.Dataset, var: str, level: int, month: int) -> dict:
+    """Two-pass float64 statistics of ``var`` at ``level`` over the time steps of
+    ``month``; differences counted at their later step."""
+    x = np.asarray(ds[var].sel(level=level).values, dtype=np.float64)
+    months = pd.DatetimeIndex(ds["time"].values).month
+    at = np.flatnonzero(months == month)
+    mean, std = two_pass(x[at].reshape(-1), 0)
+    out = {"mean": mean, "std": std, "count": x[at].size, "min": x[at].min(), "max": x[at].max()}
+    for k in STEPS:
+        later = at[at >= k]
+        d = (x[later] - x[later - k]).reshape(-1)
+        out[k] = (d.size, *two_pass(d, 0))
+    return out
+
+
+def _views(stats) -> list[xr.Dataset]:
+    """The stream's own labelled view, and the statistics file's variables of it."""
+    whole = stats.to_xarray()
+    named = {op: whole[f"z__train__{op}"] for op in ("mean", "std", "count", "min", "max")}
+    named.update({f"diff_{op}": whole[f"z__train__diff_{op}"] for op in ("count", "mean", "std")})
+    return [stats.streams["z__train"].to_xarray(), xr.Dataset(named)]
+
+
+def _check(view: xr.Dataset, ds: xr.Dataset) -> None:
+    assert list(view["month"].values) == list(range(1, 13))
+    assert list(view["level"].values) == [850, 500]
+    assert list(view["diff_step"].values) == list(STEPS)
+    assert view["mean"].dims == ("month", "level")
+    assert view["diff_std"].dims == ("diff_step", "month", "level")
+    for level in (850, 500):
+        for month in (1, 2, 3):
+            ref = _reference(ds, "z", level, month)
+            got = view.sel(level=level, month=month)
+            assert int(got["count"]) == ref["count"]
+            np.testing.assert_allclose(float(got["mean"]), ref["mean"], rtol=1e-12)
+            np.testing.assert_allclose(float(got["std"]), ref["std"], rtol=1e-10)
+            assert float(got["min"]) == ref["min"] and float(got["max"]) == ref["max"]
+            for k in STEPS:
+                n, mean, std = ref[k]
+                step = got.sel(diff_step=k)
+                assert int(step["diff_count"]) == n
+                np.testing.assert_allclose(float(step["diff_mean"]), mean, rtol=1e-9, atol=1e-6)
+                np.testing.assert_allclose(float(step["diff_std"]), std, rtol=1e-10)
+    # a month without data is there, by its label, with nothing in it
+    assert int(view["count"].sel(month=7, level=500)) == 0
+    assert np.isnan(float(view["mean"].sel(month=7, level=500)))
+
+
+def test_computed_statistics_select_by_label(clim):
+    ds, stats, _ = clim
+    for view in _views(stats):
+        _check(view, ds)
+
+
+def test_read_back_statistics_select_by_label(clim):
+    ds, stats, out = clim
+    read = wxstats.read(out)
+    for view in _views(read):
+        _check(view, ds)
+    xr.testing.assert_identical(
+        read.streams["z__train"].to_xarray(), stats.streams["z__train"].to_xarray()
+    )
