@@ -97,3 +97,24 @@ def test_read_back_statistics_select_by_label(clim):
     xr.testing.assert_identical(
         read.streams["z__train"].to_xarray(), stats.streams["z__train"].to_xarray()
     )
+
+
+def test_pooled_statistics_carry_the_dimensions_pooled_over(clim, tmp_path):
+    """``--pool level``: the pooled stream is labelled with what it was pooled over,
+    computed and read back, and its values are those of every level together."""
+    ds, _, _ = clim
+    path = tmp_path / "p.zarr"
+    write_zarr(ds, path, time_chunk=7)
+    out = tmp_path / "pooled.nc"
+    assert main(["compute", str(path), "--pool", "level", "--quiet", "--output", str(out)]) == 0
+    computed = wxstats.compute(path, pool=("level",))
+    x = np.asarray(ds["z"].values, dtype=np.float64).reshape(-1)
+    mean, std = two_pass(x, 0)
+    for stats in (computed, wxstats.read(out)):
+        stream = stats.streams["z_pooled__train"]
+        assert stream.labels.pooled_dims == ("level",)
+        view = stream.to_xarray()
+        assert view.attrs["pooled over"] == "level" and "level" not in view.dims
+        np.testing.assert_allclose(float(view["mean"]), mean, rtol=1e-12)
+        np.testing.assert_allclose(float(view["std"]), std, rtol=1e-10)
+        assert int(view["count"]) == x.size

@@ -399,11 +399,13 @@ class Stats:
         return summary_dict(self)
 
     def to_xarray(self) -> Any:
-        """The statistics as a labelled ``xarray.Dataset``: the ``{var}__{split}__{op}``
-        variables, coordinates and attributes of the statistics file a run writes,
-        in memory. Built by the statistics file's own layout
-        (:func:`wxstats.io.formats.netcdf.stats_dataset`, registered with
-        :func:`dataset_builder`): core knows no file layout."""
+        """Every stream's labelled view (:meth:`StreamStats.to_xarray`: feature
+        dimensions with their coordinates, a climatology's ``month``/``hour``,
+        ``diff_step``) in one ``xarray.Dataset``, each statistic named as the
+        statistics file a run writes names it (``t2m__train__mean``): that
+        file's variables, coordinates and attributes, in memory. The names are
+        the statistics file's (:func:`wxstats.io.formats.netcdf.stats_dataset`,
+        registered with :func:`dataset_builder`): core names no file."""
         if not _DATASET_BUILDER:
             raise WxstatsError(
                 "Stats.to_xarray needs the statistics file layout: import wxstats.io.read first"

@@ -24,6 +24,7 @@ from wxstats.core.stats import (
     CATEGORIES,
     DIFF_DIM,
     DIFF_SPAN,
+    POOLED_ATTR,
     RUN_ATTR,
     VALUE_OPS,
     DiffStats,
@@ -281,6 +282,7 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
                 maximum=got.get("max"),
             )
     category = prefix if prefix in CATEGORIES else "state"
+    pooled = anchor.attrs.get(POOLED_ATTR)
     layout = StreamLayout(
         prefix=prefix,
         split=split,
@@ -288,6 +290,7 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         feature_shape=tuple(int(ds.sizes[d]) for d in dims),
         coords=coords,
         category=category,
+        attrs={POOLED_ATTR: str(pooled)} if pooled else {},
     )
     return StreamStats(
         name=stream_name(prefix, split),

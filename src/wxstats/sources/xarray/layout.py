@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.stats import Pooling, StreamLayout, StreamSpec, feature_names, stream_name
+from wxstats.core.stats import (
+    POOLED_ATTR,
+    Pooling,
+    StreamLayout,
+    StreamSpec,
+    feature_names,
+    stream_name,
+)
 from wxstats.sources.xarray.open import is_zarr
 from wxstats.sources.xarray.timeaxis import Part, Split, label
 
@@ -259,7 +266,7 @@ def pooling(v: Variable, dims: tuple[str, ...], split: str) -> Pooling | None:
         feature_shape=shape,
         coords=coords,
         category=v.category,
-        attrs={"pooled over": ", ".join(over)},
+        attrs={POOLED_ATTR: ", ".join(over)},
     )
     return Pooling(
         stream_name(name, split),
