@@ -35,6 +35,18 @@ def clim(tmp_path_factory):
     return ds, stats, out
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The same data without groups, written as a statistics file and a summary."""
+    root = tmp_path_factory.mktemp("labels-plain")
+    ds, _ = gridded(n_time=60)
+    ds = ds.isel(level=[1, 0])
+    path = write_zarr(ds, root / "p.zarr", time_chunk=7)
+    argv = ["compute", str(path), "--quiet", "--output", str(root / "s.nc")]
+    assert main([*argv, "--summary", str(root / "s.json")]) == 0
+    return ds, root
+
+
 def _reference(ds: xr.Dataset, var: str, level: int, month: int) -> dict:
     """Two-pass float64 statistics of ``var`` at ``level`` over the time steps of
     ``month``; differences counted at their later step."""
@@ -118,3 +130,18 @@ def test_pooled_statistics_carry_the_dimensions_pooled_over(clim, tmp_path):
         np.testing.assert_allclose(float(view["mean"]), mean, rtol=1e-12)
         np.testing.assert_allclose(float(view["std"]), std, rtol=1e-10)
         assert int(view["count"]) == x.size
+
+
+def test_a_summary_keeps_flat_feature_names_as_labels(plain):
+    """The JSON summary keeps names, not levels: read back, its features are
+    labelled by name along ``state_feature``; the statistics file keeps the levels."""
+    ds, root = plain
+    x = np.asarray(ds["z"].sel(level=850).values, dtype=np.float64).reshape(-1)
+    mean, std = two_pass(x, 0)
+    flat = wxstats.read(root / "s.json").streams["state"].to_xarray()
+    assert "z_850" in list(flat["state_feature"].values)
+    labelled = wxstats.read(root / "s.nc").streams["z__train"].to_xarray()
+    for got in (flat.sel(state_feature="z_850"), labelled.sel(level=850)):
+        np.testing.assert_allclose(float(got["mean"]), mean, rtol=1e-12)
+        np.testing.assert_allclose(float(got["std"]), std, rtol=1e-10)
+        assert int(got["count"]) == x.size
