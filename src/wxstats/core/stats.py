@@ -279,8 +279,10 @@ class StreamStats:
         lay = self.layout
         if lay is not None and int(np.prod(lay.feature_shape)) == len(self.features):
             return lay
-        category = self.category
-        flat = flat_layout(category, self.split or "", self.features, self.units, self.long_names)
+        n = len(self.features)
+        units = list(self.units) if len(self.units) == n else [""] * n
+        names = list(self.long_names) if len(self.long_names) == n else []
+        flat = flat_layout(self.category, self.split or "", self.features, units, names)
         return replace(flat, prefix=lay.prefix if lay is not None else self.name)
 
     def diff_steps(self) -> list[int | None]:

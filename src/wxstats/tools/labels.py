@@ -23,7 +23,7 @@ def feature_labels(stream: StreamStats) -> list[str]:
         index = np.unravel_index(flat, layout.feature_shape)
         name, group = [layout.prefix], []
         for dim, i in zip(layout.feature_dims, index, strict=True):
-            value = np.asarray(layout.coords[dim][1])[i] if dim in layout.coords else i
+            value = layout.values(dim)[i]
             (group if dim in GROUP_DIMS else name).append(
                 f"{dim} {value}" if dim in GROUP_DIMS else str(value)
             )

@@ -1,9 +1,10 @@
 """Which variables, and how their dimensions split into features and grid.
 
-Each selected variable with the time dimension becomes one stream per split,
-named ``{variable}__{split}``; its features are the product of its feature
-dimensions (vertical levels, ``*_feature``: ``z_500``, ``z_850``) and every
-other dimension (the grid, ensemble members) is reduced. An mllam-data-prep
+Each selected variable with the time dimension becomes one stream per split
+(keyed by core's ``stream_name``), labelled by its feature dimensions and their
+coordinate values (vertical levels, ``*_feature``; flat names ``z_500``,
+``z_850`` from core's ``feature_names``); every other dimension (the grid,
+ensemble members) is reduced. No file names here: writers derive them. An mllam-data-prep
 store (``state``/``forcing``/``static`` with ``{category}_feature``
 coordinates) is recognised: its categories are the streams, with its feature
 names and units, and ``static`` (no time) is reduced over the grid only.
