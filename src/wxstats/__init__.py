@@ -45,7 +45,10 @@ def read(path, split=None):  # noqa: ANN001, ANN201 - thin lazy wrapper
     """Statistics stored at ``path`` (any format wxstats writes or reads), as the
     one result model; a neural-lam ``static/`` folder is read from the float64
     ``wxstats_stats.nc`` written beside its float32 ``.pt`` files when it is
-    there. See :func:`wxstats.io.read.read_stats`."""
+    there. See :func:`wxstats.io.read.read_stats`. Its ``to_xarray()`` (and each
+    stream's) gives the statistics along the labels the format keeps: a
+    statistics file's levels, ``month``/``hour`` and ``diff_step``; flat
+    features along ``{category}_feature`` where a format keeps only names."""
     from wxstats.io.read import read_stats
 
     return read_stats(path, split, exact=True)

@@ -1,4 +1,4 @@
-"""The one result model: statistics per stream, whoever computed or wrote them.
+"""The one result model: labelled statistics per stream, whoever computed or wrote them.
 
 A run produces a :class:`Stats` (from the exact combiner, every statistic
 present); every reader of a statistics file (``wxstats.io.formats``) gives one
@@ -8,9 +8,15 @@ one model.
 
 A stream is one group of features reduced together: the MEPS ``state`` and its
 TOA flux, or one variable of one split of a zarr/netCDF dataset. Its
-:class:`StreamLayout` says where its statistics go in a
-``{prefix}__{split}__{op}`` file and which *category* (state, forcing,
-static) it belongs to; :meth:`Stats.by_category` joins the streams of one
+:class:`StreamLayout` holds its labels: the variable and split it is of, its
+role (*category*: state, forcing, static), its feature dimensions with their
+coordinate values (a level, a ``*_feature`` name; a climatology's ``month`` or
+``hour`` group and a year, :data:`GROUP_DIMS`, are dimensions like the others)
+and the dimensions it was pooled over. A stream's statistics are flat along its
+features (C order of the dimensions); :meth:`StreamStats.to_xarray` gives them
+back along the labels, differences along ``diff_step``. File names
+(``{prefix}__{split}__{op}``) are the writers' business (``wxstats.io``),
+derived from these labels; :meth:`Stats.by_category` joins the streams of one
 split per category, the shape of the JSON summary and of comparisons.
 Everything describing the run rather than the data lives in ``Stats.run``.
 """
@@ -34,17 +40,59 @@ RUN_ATTR = "wxstats_run"
 how a dataset glob recognizes an earlier output and leaves it out."""
 MEPS_FLUX = "toa_downwelling_shortwave_flux"
 """The forcing of neural-lam's MEPS datastore (its ``[mean, std]`` is ``flux_stats.pt``)."""
+GROUP_DIMS = ("month", "hour", "year")
+"""Feature dimensions of ``--by`` (a climatology's group, a year): groups, not levels."""
+POOLED_ATTR = "pooled over"
+"""The attribute of a pooled stream's statistics naming the dimensions pooled over."""
+DIFF_DIM = "diff_step"
+"""The dimension of difference statistics in a labelled view (steps as the source counts them)."""
+DIFF_SPAN = "diff_span"
+"""The time span of each difference step (``6h``), a string coordinate along ``diff_step``."""
+
+
+def stream_name(variable: str, split: str) -> str:
+    """The key of the stream of ``variable`` in ``split`` (``t2m__train``): how
+    sources key their blocks and :attr:`Stats.streams` its statistics, the
+    prefix of mllam-data-prep's ``{variable}__{split}__{op}`` names."""
+    return f"{variable}__{split}"
+
+
+def coord_label(value: Any) -> str:
+    """A coordinate value as text in a feature name (``500.0`` -> ``500``)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (np.floating, float)) and float(value).is_integer():
+        return str(int(value))
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
+
+
+def feature_names(variable: str, labels: list[list[str]], prefixed: bool = True) -> list[str]:
+    """The flat feature names of a stream along dimensions whose coordinate
+    values read ``labels`` (C order): ``z_500``, ``t2m_1`` (month 1), or the
+    bare labels (``prefixed=False``: a ``*_feature`` dimension names its
+    features itself); ``variable`` alone without dimensions."""
+    if not labels:
+        return [variable]
+    head = [variable] if prefixed else []
+    return [
+        "_".join(head + [labels[i][j] for i, j in enumerate(combo)])
+        for combo in np.ndindex(*[len(x) for x in labels])
+    ]
 
 
 @dataclass(frozen=True)
 class StreamLayout:
-    """Where a stream's statistics go in a ``{prefix}__{split}__{op}`` file.
+    """A stream's labels: what its flat statistics are of.
 
-    ``features`` are the C-order product of ``feature_dims`` (none: one
-    scalar feature); ``coords`` are written along them (name -> (dims,
-    values) or (dims, values, attributes)). ``unit_attribute``: write a
-    ``units`` attribute when every feature has the same unit (MEPS files
-    carry units only as a coordinate).
+    ``prefix`` is the variable (or MEPS category) and ``split`` the split the
+    stream is of; ``category`` its role. ``features`` are the C-order product
+    of ``feature_dims`` (none: one scalar feature), which may lead with a
+    group dimension (:data:`GROUP_DIMS`); ``coords`` are labels along them
+    (name -> (dims, values) or (dims, values, attributes)). ``unit_attribute``:
+    the unit is a label of every feature, not of the stream (MEPS files carry
+    units only as a coordinate). Writers derive their names from these.
     """
 
     prefix: str
@@ -56,6 +104,28 @@ class StreamLayout:
     unit_attribute: bool = True
     attrs: dict[str, str] = field(default_factory=dict)
     """Attributes of every statistic of the stream in a file (``pooled over``)."""
+
+    @property
+    def group_dims(self) -> tuple[str, ...]:
+        """The feature dimensions that are a climatology's groups or years."""
+        return tuple(d for d in self.feature_dims if d in GROUP_DIMS)
+
+    @property
+    def pooled_dims(self) -> tuple[str, ...]:
+        """The dimensions the stream's features were pooled over (``--pool``)."""
+        text = self.attrs.get(POOLED_ATTR, "")
+        return tuple(d.strip() for d in text.split(",") if d.strip())
+
+    def values(self, dim: str) -> np.ndarray:
+        """The coordinate values along ``dim`` (positions where it has none)."""
+        if dim in self.coords and tuple(self.coords[dim][0]) == (dim,):
+            return np.asarray(self.coords[dim][1])
+        return np.arange(self.feature_shape[self.feature_dims.index(dim)])
+
+    def shaped(self, values: Any, lead: tuple[int, ...] = ()) -> np.ndarray:
+        """Flat per-feature ``values`` (after ``lead`` leading axes) along the labels."""
+        array = np.asarray(values)
+        return array.reshape(tuple(lead) + tuple(self.feature_shape))
 
 
 def flat_layout(
@@ -202,6 +272,74 @@ class StreamStats:
         attr = {"min": "minimum", "max": "maximum"}.get(name, name)
         return getattr(self, attr)
 
+    @property
+    def labels(self) -> StreamLayout:
+        """The stream's labels: its layout when that labels every feature, else
+        its features along ``{category}_feature`` (a file that keeps flat names only)."""
+        lay = self.layout
+        if lay is not None and int(np.prod(lay.feature_shape)) == len(self.features):
+            return lay
+        n = len(self.features)
+        units = list(self.units) if len(self.units) == n else [""] * n
+        names = list(self.long_names) if len(self.long_names) == n else []
+        flat = flat_layout(self.category, self.split or "", self.features, units, names)
+        return replace(flat, prefix=lay.prefix if lay is not None else self.name)
+
+    def diff_steps(self) -> list[int | None]:
+        """The difference steps, in order (``None``: a file that does not say its step)."""
+        return sorted(self.diff, key=lambda k: (k is None, k or 0))
+
+    def labelled(self) -> tuple[dict[str, tuple[Any, ...]], dict[str, tuple[Any, ...]]]:
+        """The statistics along their labels as ``(variables, coords)``:
+        ``op -> (dims, values)`` for every statistic present (``mean``, ...,
+        ``diff_std`` along :data:`DIFF_DIM`, ``diff_mean_standardized``...), the
+        labels' coordinates, the steps and their spans (``diff_span``) along
+        ``diff_step``. What writers name and lay out (see module docstring)."""
+        lay = self.labels
+        dims = tuple(lay.feature_dims)
+        variables: dict[str, tuple[Any, ...]] = {}
+        coords: dict[str, tuple[Any, ...]] = dict(lay.coords)
+        for op in VALUE_OPS:
+            values = self.op(op)
+            if values is not None:
+                variables[op] = (dims, lay.shaped(values))
+        steps = self.diff_steps()
+        if steps:
+            if None not in steps:
+                coords[DIFF_DIM] = ((DIFF_DIM,), np.array(steps, dtype=np.int64))
+            spans = [self.diff_span_name(k) or "" for k in steps]
+            if any(spans):
+                attrs = {"long_name": "time span of each difference step"}
+                coords[DIFF_SPAN] = ((DIFF_DIM,), np.asarray(spans, dtype=object), attrs)
+            scaled = [self.standardized_diff(k) for k in steps]
+            for op, values in (
+                ("diff_count", [self.diff[k].count for k in steps]),
+                ("diff_mean", [self.diff[k].mean for k in steps]),
+                ("diff_std", [self.diff[k].std for k in steps]),
+                ("diff_mean_standardized", [s[0] for s in scaled]),
+                ("diff_std_standardized", [s[1] for s in scaled]),
+                ("diff_min", [self.diff[k].minimum for k in steps]),
+                ("diff_max", [self.diff[k].maximum for k in steps]),
+            ):
+                if all(v is not None for v in values):
+                    variables[op] = ((DIFF_DIM, *dims), lay.shaped(values, (len(steps),)))
+        return variables, coords
+
+    def to_xarray(self) -> Any:
+        """The stream's statistics as a labelled ``xarray.Dataset``: one variable
+        per statistic (``mean``, ``std``, ..., ``diff_std`` along ``diff_step``)
+        along the stream's feature dimensions with their coordinates
+        (``level``, a climatology's ``month``), so ``.sel(level=850, month=2)``
+        picks a feature by its labels. Core's own view, named by no file."""
+        import xarray as xr
+
+        variables, coords = self.labelled()
+        lay = self.labels
+        attrs = {"variable": lay.prefix, "split": lay.split, "category": lay.category}
+        if lay.pooled_dims:
+            attrs[POOLED_ATTR] = ", ".join(lay.pooled_dims)
+        return xr.Dataset(variables, coords=coords, attrs=attrs)
+
     def standardized_diff(self, step: int | None) -> tuple[np.ndarray, np.ndarray]:
         """(diff_mean / std, diff_std / std): neural-lam's scale, the statistics
         of the difference of standardized fields."""
@@ -263,11 +401,13 @@ class Stats:
         return summary_dict(self)
 
     def to_xarray(self) -> Any:
-        """The statistics as a labelled ``xarray.Dataset``: the ``{var}__{split}__{op}``
-        variables, coordinates and attributes of the statistics file a run writes,
-        in memory. Built by the statistics file's own layout
-        (:func:`wxstats.io.formats.netcdf.stats_dataset`, registered with
-        :func:`dataset_builder`): core knows no file layout."""
+        """Every stream's labelled view (:meth:`StreamStats.to_xarray`: feature
+        dimensions with their coordinates, a climatology's ``month``/``hour``,
+        ``diff_step``) in one ``xarray.Dataset``, each statistic named as the
+        statistics file a run writes names it (``t2m__train__mean``): that
+        file's variables, coordinates and attributes, in memory. The names are
+        the statistics file's (:func:`wxstats.io.formats.netcdf.stats_dataset`,
+        registered with :func:`dataset_builder`): core names no file."""
         if not _DATASET_BUILDER:
             raise WxstatsError(
                 "Stats.to_xarray needs the statistics file layout: import wxstats.io.read first"

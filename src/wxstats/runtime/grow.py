@@ -27,7 +27,7 @@ from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
 from wxstats.core.partial import Edges, Partial, Seam
-from wxstats.core.stats import Stats
+from wxstats.core.stats import Stats, stream_name
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
@@ -64,7 +64,7 @@ def seam(state: State, tail: Edges, head: Edges, before: Any, after: Any, where:
         channels = np.arange(array.shape[2], dtype=np.int64)
         groups = _edge_groups(state, before, after, n_t, n_h)
         weights = state.weights.get(var)
-        blocks[f"{var}__{split}"] = Block(array, channels, (0, 0), diffs, groups, weights)
+        blocks[stream_name(var, split)] = Block(array, channels, (0, 0), diffs, groups, weights)
     return blocks_accumulator(state.specs, blocks, where=where, skipna=state.identity["skipna"])
 
 

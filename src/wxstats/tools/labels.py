@@ -9,24 +9,21 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.stats import Stats, StreamStats
-
-GROUP_DIMS = ("month", "hour", "year")
-"""Feature dimensions of ``--by`` (a climatology, per year): shown as groups, not levels."""
+from wxstats.core.stats import GROUP_DIMS, Stats, StreamStats
 
 
 def feature_labels(stream: StreamStats) -> list[str]:
     """Row labels of a stream's features: the feature names, or for a climatology
     the variable and level with the group in words (``z_500 (month 1)``)."""
     layout = stream.layout
-    if layout is None or not set(layout.feature_dims) & set(GROUP_DIMS):
+    if layout is None or not layout.group_dims:
         return list(stream.features)
     labels = []
     for flat in range(len(stream.features)):
         index = np.unravel_index(flat, layout.feature_shape)
         name, group = [layout.prefix], []
         for dim, i in zip(layout.feature_dims, index, strict=True):
-            value = np.asarray(layout.coords[dim][1])[i] if dim in layout.coords else i
+            value = layout.values(dim)[i]
             (group if dim in GROUP_DIMS else name).append(
                 f"{dim} {value}" if dim in GROUP_DIMS else str(value)
             )
@@ -42,7 +39,7 @@ def with_labels(stats: Stats, split: str | None = None) -> tuple[Stats, int]:
     streams, left_out = {}, 0
     for key, stream in stats.streams.items():
         labelled = replace(stream, features=feature_labels(stream))
-        grouped = stream.layout is not None and set(stream.layout.feature_dims) & set(GROUP_DIMS)
+        grouped = stream.layout is not None and stream.layout.group_dims
         if grouped and stream.count is not None and (stream.count == 0).any():
             keep = np.flatnonzero(stream.count != 0)
             if stream.split in (split, None):

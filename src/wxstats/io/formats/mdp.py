@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
+from wxstats.io.formats.netcdf import stat_name
 from wxstats.io.formats.stored import check_float_dtype, check_min_std
 from wxstats.io.zarrstore import all_or_nothing, fsync_tree
 
@@ -85,7 +86,7 @@ def planned_variables(specs: list[StreamSpec]) -> dict[str, Planned]:
                 )
             ops += ["diff_mean", "diff_std"]
         for op in ops:
-            name = f"{lay.category}__{lay.split}__{op}"
+            name = stat_name(replace(lay, prefix=lay.category), op)
             out[name] = Planned(
                 spec.name, op, lay.feature_dims[0], len(spec.features), lay.category
             )

@@ -22,13 +22,19 @@ import numpy as np
 from wxstats.core.errors import InputError
 from wxstats.core.stats import (
     CATEGORIES,
+    DIFF_DIM,
+    DIFF_SPAN,
+    POOLED_ATTR,
     RUN_ATTR,
     VALUE_OPS,
     DiffStats,
     Stats,
     StreamLayout,
     StreamStats,
+    coord_label,
     dataset_builder,
+    feature_names,
+    stream_name,
     weighting,
 )
 from wxstats.core.timespan import span_seconds
@@ -51,17 +57,29 @@ _NAME = re.compile(
 
 
 # -- writing ------------------------------------------------------------------------
+def stat_name(labels: StreamLayout, op: str) -> str:
+    """The file's name of statistic ``op`` of a stream, from its labels:
+    ``{variable}__{split}__{op}`` (mllam-data-prep's; ``state__train__mean``)."""
+    return f"{stream_name(labels.prefix, labels.split)}__{op}"
+
+
+def parse_stat_name(name: str) -> tuple[str, str, str] | None:
+    """``(variable, split, op)`` of a statistic named by :func:`stat_name`, else None."""
+    match = _NAME.match(name)
+    return (match["prefix"], match["split"], match["op"]) if match else None
+
+
 def _diff_dim(stream: StreamStats, prefix: str, all_steps: set, coords: dict) -> str:
     """``diff_step``, or a dimension of the stream's own where a short split
     lacks some steps (absent, rather than NaN-filled by alignment) or where its
     steps span other times (a split on another time step)."""
     shared = coords.get(SPAN_COORD)
     if set(stream.diff) != all_steps or (shared and list(shared[1]) != _spans(stream)):
-        return f"{prefix}diff_step"
-    return "diff_step"
+        return f"{prefix}{DIFF_DIM}"
+    return DIFF_DIM
 
 
-SPAN_COORD = "diff_span"
+SPAN_COORD = DIFF_SPAN
 """The time span of each difference step (``6h``), a string coordinate along
 ``diff_step`` (``{prefix}diff_span`` along ``{prefix}diff_step``); absent in
 files of a numeric time axis and in files written before spans were recorded."""
@@ -73,53 +91,36 @@ def _spans(stream: StreamStats) -> list[str]:
 
 
 def _span_coord(diff_dim: str) -> str:
-    return diff_dim[: -len("diff_step")] + SPAN_COORD
+    return diff_dim[: -len(DIFF_DIM)] + SPAN_COORD
 
 
-def _variable(values: Any, layout: StreamLayout, extra_dims: tuple[str, ...], attrs: dict):
-    array = np.asarray(values)
-    array = array.reshape(array.shape[: len(extra_dims)] + tuple(layout.feature_shape))
-    return (extra_dims + tuple(layout.feature_dims), array, attrs)
+_PLAIN = ("count", "nan_count", "diff_count", "diff_mean_standardized", "diff_std_standardized")
+"""Statistics without the variable's unit (counts, and differences over the std)."""
 
 
 def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]:
-    """The statistics as ``(data_vars, coords, attrs)`` (see module docstring)."""
+    """The statistics as ``(data_vars, coords, attrs)`` (see module docstring):
+    every stream's labelled statistics (:meth:`StreamStats.labelled`) named by
+    :func:`stat_name`, a stream's own ``diff_step`` where it must have one."""
     data_vars = {}
     coords: dict[str, Any] = {}
     all_steps = {k for stream in stats.streams.values() for k in stream.diff}
     for stream in stats.streams.values():
-        lay = stream.layout
-        prefix = f"{lay.prefix}__{lay.split}__"
-        coords.update(lay.coords)
+        lay = stream.labels
+        prefix = stat_name(lay, "")
+        variables, labels = stream.labelled()
+        diff_dim = _diff_dim(stream, prefix, all_steps, coords) if stream.diff else DIFF_DIM
+        renamed = {DIFF_DIM: diff_dim, DIFF_SPAN: _span_coord(diff_dim)}
+        for name, (dims, *rest) in labels.items():
+            dims = tuple(renamed.get(d, d) for d in dims) if name in renamed else dims
+            coords[renamed.get(name, name)] = (dims, *rest)
         same_unit = len(set(stream.units)) == 1 and lay.unit_attribute
         unit = {"units": stream.units[0]} if same_unit else {}
         unit.update(lay.attrs)
-        for op in VALUE_OPS:
-            attrs = unit if op not in ("count", "nan_count") else dict(lay.attrs)
-            data_vars[prefix + op] = _variable(stream.op(op), lay, (), attrs)
-        if stream.diff:
-            steps = sorted(stream.diff)
-            diff_dim = _diff_dim(stream, prefix, all_steps, coords)
-            coords[diff_dim] = (diff_dim, np.array(steps, dtype=np.int64))
-            if any(_spans(stream)):
-                attrs = {"long_name": "time span of each difference step"}
-                spans = np.asarray(_spans(stream), dtype=object)
-                coords[_span_coord(diff_dim)] = ((diff_dim,), spans, attrs)
-            std_scale = [stream.standardized_diff(k) for k in steps]
-            for op, values in (
-                ("diff_count", [stream.diff[k].count for k in steps]),
-                ("diff_mean", [stream.diff[k].mean for k in steps]),
-                ("diff_std", [stream.diff[k].std for k in steps]),
-                ("diff_mean_standardized", [s[0] for s in std_scale]),
-                ("diff_std_standardized", [s[1] for s in std_scale]),
-                ("diff_min", [stream.diff[k].minimum for k in steps]),
-                ("diff_max", [stream.diff[k].maximum for k in steps]),
-            ):
-                if any(v is None for v in values):
-                    continue  # extremes of a set read from a file that lacks them
-                plain = op in ("diff_count",) or "standardized" in op
-                attrs = dict(lay.attrs) if plain else unit
-                data_vars[prefix + op] = _variable(values, lay, (diff_dim,), attrs)
+        for op, (dims, values) in variables.items():
+            dims = tuple(diff_dim if d == DIFF_DIM else d for d in dims)
+            attrs = dict(lay.attrs) if op in _PLAIN else unit
+            data_vars[prefix + op] = (dims, values, attrs)
     attrs = {
         "title": TITLE,
         "method": f"{METHOD}; {weighting(stats.attrs)}",
@@ -193,19 +194,9 @@ def _text(ds: Any, name: str, dim: str) -> list[str] | None:
     return None
 
 
-def _label(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (np.floating, float)) and float(value).is_integer():
-        return str(int(value))
-    return str(value.item()) if isinstance(value, np.generic) else str(value)
-
-
 def _features(ds: Any, prefix: str, dims: tuple[str, ...]) -> tuple[list[str], bool]:
     """Feature names along ``dims`` (named like the zarr/netCDF source names
     them) and whether the file names them."""
-    if not dims:
-        return [prefix], True
     if len(dims) == 1 and dims[0].endswith("_feature"):
         names = _text(ds, dims[0], dims[0])
         if names is None:
@@ -214,9 +205,8 @@ def _features(ds: Any, prefix: str, dims: tuple[str, ...]) -> tuple[list[str], b
     labels = []
     for d in dims:
         values = ds[d].values if d in ds.coords else np.arange(ds.sizes[d])
-        labels.append([_label(v) for v in np.asarray(values)])
-    combos = np.ndindex(*[len(x) for x in labels])
-    return ["_".join([prefix] + [labels[i][j] for i, j in enumerate(c)]) for c in combos], True
+        labels.append([coord_label(v) for v in np.asarray(values)])
+    return feature_names(prefix, labels), True
 
 
 def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | None):
@@ -292,6 +282,7 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
                 maximum=got.get("max"),
             )
     category = prefix if prefix in CATEGORIES else "state"
+    pooled = anchor.attrs.get(POOLED_ATTR)
     layout = StreamLayout(
         prefix=prefix,
         split=split,
@@ -299,9 +290,10 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         feature_shape=tuple(int(ds.sizes[d]) for d in dims),
         coords=coords,
         category=category,
+        attrs={POOLED_ATTR: str(pooled)} if pooled else {},
     )
     return StreamStats(
-        name=f"{prefix}__{split}",
+        name=stream_name(prefix, split),
         features=features,
         units=units,
         mean=values["mean"].astype(np.float64),
@@ -341,10 +333,9 @@ def read_stats_file(path: Path, split: str | None = None, engine: str | None = N
     try:
         found: dict[tuple[str, str], dict[str, str]] = {}
         for var in ds.data_vars:
-            match = _NAME.match(str(var))
-            if match:
-                key = (match["prefix"], match["split"])
-                found.setdefault(key, {})[match["op"]] = str(var)
+            parsed = parse_stat_name(str(var))
+            if parsed:
+                found.setdefault(parsed[:2], {})[parsed[2]] = str(var)
         found = {k: ops for k, ops in found.items() if "mean" in ops or "std" in ops}
         if not found:
             raise InputError(

@@ -22,6 +22,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
+from wxstats.core.stats import stream_name
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import (
@@ -316,7 +317,7 @@ class XarraySource:
                     else np.empty((0, v.n_grid, v.n_features), dtype=v.out_dtype)
                 )
                 for split in self.splits:
-                    out[f"{v.name}__{split.name}"] = Block(
+                    out[stream_name(v.name, split.name)] = Block(
                         array, self._channels(v), (0, array.shape[0]), weights=v.weights
                     )
                 continue
@@ -328,7 +329,7 @@ class XarraySource:
                     d0 = max(b0, split.start + k)
                     diffs[k] = (d0 - r0, hi - r0) if d0 < hi else (0, 0)
                 groups = self.groups[2][r0:b1] if self.groups else None
-                out[f"{v.name}__{split.name}"] = Block(
+                out[stream_name(v.name, split.name)] = Block(
                     arrays[v.name], self._channels(v), values, diffs, groups, v.weights
                 )
         return out
@@ -341,7 +342,7 @@ class XarraySource:
         for split in self.splits:
             lo, hi = max(block.start, split.start), min(block.stop, split.stop)
             for v in self.vars:
-                name = f"{v.name}__{split.name}"
+                name = stream_name(v.name, split.name)
                 if v.has_time:
                     out[name] = SampleSteps(split.name, block.first, lo, max(lo, hi))
                 else:
@@ -358,7 +359,7 @@ class XarraySource:
         for split in self.splits:
             stop = min(split.stop, split.start + reach + 1)
             for v in self.vars:
-                name = f"{v.name}__{split.name}"
+                name = stream_name(v.name, split.name)
                 if not v.has_time:
                     out[name] = Block(static[v.name], self._channels(v), (0, 1))
                     continue

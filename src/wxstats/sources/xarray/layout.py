@@ -1,9 +1,10 @@
 """Which variables, and how their dimensions split into features and grid.
 
-Each selected variable with the time dimension becomes one stream per split,
-named ``{variable}__{split}``; its features are the product of its feature
-dimensions (vertical levels, ``*_feature``: ``z_500``, ``z_850``) and every
-other dimension (the grid, ensemble members) is reduced. An mllam-data-prep
+Each selected variable with the time dimension becomes one stream per split
+(keyed by core's ``stream_name``), labelled by its feature dimensions and their
+coordinate values (vertical levels, ``*_feature``; flat names ``z_500``,
+``z_850`` from core's ``feature_names``); every other dimension (the grid,
+ensemble members) is reduced. No file names here: writers derive them. An mllam-data-prep
 store (``state``/``forcing``/``static`` with ``{category}_feature``
 coordinates) is recognised: its categories are the streams, with its feature
 names and units, and ``static`` (no time) is reduced over the grid only.
@@ -17,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
+from wxstats.core.stats import (
+    POOLED_ATTR,
+    Pooling,
+    StreamLayout,
+    StreamSpec,
+    feature_names,
+    stream_name,
+)
 from wxstats.sources.xarray.open import is_zarr
 from wxstats.sources.xarray.timeaxis import Part, Split, label
 
@@ -166,13 +174,11 @@ def _variable(
             values = np.arange(da.sizes[d])
         labels.append([label(x) for x in values])
     category = name if mdp and name in MDP_CATEGORIES else ("state" if has_time else "static")
-    prefixed = not any(d.endswith("_feature") for d in fdims)
-    features, units, long_names = [], [], []
+    features = feature_names(name, labels, prefixed=_prefixed(fdims))
+    units, long_names = [], []
     base_units = str(da.attrs.get("units", ""))
     base_long = str(da.attrs.get("long_name", name))
     for combo in np.ndindex(*shape) if shape else [()]:
-        parts = [labels[i][j] for i, j in enumerate(combo)]
-        features.append("_".join(([name] if prefixed else []) + parts) if parts else name)
         units.append(base_units)
         where_in = ", ".join(
             f"{d}={labels[i][j]}" for i, (d, j) in enumerate(zip(fdims, combo, strict=True))
@@ -209,6 +215,20 @@ def _variable(
     )
 
 
+def _values(v: Variable, dim: str) -> np.ndarray:
+    """The coordinate values along feature dimension ``dim`` of ``v`` (positions
+    where the data has none)."""
+    if dim in v.coords:
+        return np.asarray(v.coords[dim][1])
+    return np.arange(v.feature_shape[v.feature_dims.index(dim)])
+
+
+def _prefixed(dims: tuple[str, ...]) -> bool:
+    """Whether feature names lead with the variable: not where a ``*_feature``
+    dimension names the features itself (mllam-data-prep's categories)."""
+    return not any(d.endswith("_feature") for d in dims)
+
+
 def plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     """The attributes a netCDF file can hold as they are (strings and numbers)."""
     return {str(k): v for k, v in attrs.items() if isinstance(v, (str, int, float, np.number))}
@@ -227,16 +247,12 @@ def pooling(v: Variable, dims: tuple[str, ...], split: str) -> Pooling | None:
     for f, combo in enumerate(np.ndindex(*v.feature_shape)):
         groups.setdefault(tuple(combo[i] for i in keep), []).append(f)
     name = f"{v.name}_pooled"
-    labels = []
-    for i in keep:
-        d = v.feature_dims[i]
-        values = v.coords[d][1] if d in v.coords else np.arange(v.feature_shape[i])
-        labels.append([label(x) for x in values])
-    features, units, long_names = [], [], []
+    labels = [[label(x) for x in _values(v, v.feature_dims[i])] for i in keep]
+    features = feature_names(name, labels)
+    units, long_names = [], []
     base = v.long_names[0].split(" (")[0] if v.long_names else v.name
     for rest, members in groups.items():
         parts = [labels[i][j] for i, j in enumerate(rest)]
-        features.append("_".join([name, *parts]))
         member_units = {v.units[f] for f in members}
         units.append(member_units.pop() if len(member_units) == 1 else "")
         where_in = ", ".join(f"{v.feature_dims[keep[i]]}={p}" for i, p in enumerate(parts))
@@ -251,10 +267,10 @@ def pooling(v: Variable, dims: tuple[str, ...], split: str) -> Pooling | None:
         feature_shape=shape,
         coords=coords,
         category=v.category,
-        attrs={"pooled over": ", ".join(over)},
+        attrs={POOLED_ATTR: ", ".join(over)},
     )
     return Pooling(
-        f"{name}__{split}",
+        stream_name(name, split),
         over,
         tuple(tuple(m) for m in groups.values()),
         features,
@@ -299,10 +315,10 @@ def stream_specs(
     step_seconds: dict[str, int | None] | None = None,
     pool: tuple[str, ...] = (),
 ) -> list[StreamSpec]:
-    """One stream per (split, variable), named ``{variable}__{split}``, laid out
-    for ``{variable}__{split}__{op}`` files. ``groups`` (a climatology: the
-    dimension and its values, e.g. ``month``, 1..12) leads the features of every
-    variable with time: ``t2m__train__mean`` along ``(month, level)``.
+    """One stream per (split, variable), keyed by :func:`stream_name`, labelled
+    by its variable's feature dimensions and their coordinates. ``groups`` (a
+    climatology: the dimension and its values, e.g. ``month``, 1..12) leads the
+    feature dimensions of every variable with time: ``(month, level)``.
     ``step_seconds``: one time step of each split, the span of a difference of
     ``k`` steps being ``k`` of them (none: a numeric time axis). ``pool``: the
     feature dimensions each stream's statistics are also pooled over."""
@@ -317,12 +333,9 @@ def stream_specs(
                 dims, shape = (dim, *dims), (len(values), *shape)
                 coords = {dim: ((dim,), np.asarray(values, dtype=np.int64)), **coords}
                 # named as a file's reader names them: the group label first
-                prefixed = not any(d.endswith("_feature") for d in v.feature_dims)
-                features = [
-                    f"{v.name}_{g}{f[len(v.name) :]}" if prefixed else f"{g}_{f}"
-                    for g in values
-                    for f in v.features
-                ]
+                labels = [[label(g) for g in values]]
+                labels += [[label(x) for x in _values(v, d)] for d in v.feature_dims]
+                features = feature_names(v.name, labels, prefixed=_prefixed(v.feature_dims))
                 units = [u for _ in values for u in v.units]
                 long_names = [f"{n} ({dim} {g})" for g in values for n in v.long_names]
             layout = StreamLayout(
@@ -333,7 +346,7 @@ def stream_specs(
                 coords=coords,
                 category=v.category,
             )
-            name = f"{v.name}__{split.name}"
+            name = stream_name(v.name, split.name)
             diff_steps = steps if v.has_time else ()
             cells = v.n_grid if time_means and v.has_time else 0
             span = {k: k * step for k in diff_steps} if step else {}

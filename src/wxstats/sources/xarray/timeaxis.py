@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, first_line
+from wxstats.core.stats import coord_label
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -195,15 +196,8 @@ def select(index, values: np.ndarray, name: str, start: str, end: str, time_dim:
         ) from None
 
 
-def label(value: Any) -> str:
-    """A coordinate value as text (``500.0`` -> ``500``)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (np.floating, float)) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, np.generic):
-        return str(value.item())
-    return str(value)
+label = coord_label
+"""A coordinate value as text (``500.0`` -> ``500``): core's, for feature names."""
 
 
 def _bound(value: Any) -> str:
