@@ -147,6 +147,11 @@ def one_split(source: TimeAxisSource, fmt: str) -> str:
     return splits[0]
 
 
+def check_one_split(source: TimeAxisSource, fmt: str) -> None:
+    """A format whose file holds one split (Aurora's)."""
+    one_split(source, fmt)
+
+
 def one_split_and_step(source: TimeAxisSource, fmt: str, step_word: str) -> tuple[str, int]:
     """The one split and one difference step a format's set of files holds; else
     refused in one line saying what this run has."""

@@ -375,7 +375,7 @@ TARGETS: list[Target] = [
         requires=_GRIDDED,
         needs="zarr/netCDF datasets",
         refuses={**_A_SET, **_NOT_POOLED, **_NO_CLIMATOLOGY},
-        check=lambda s, o: sets.one_split(s, "aurora") and None,
+        check=lambda s, o: sets.check_one_split(s, "aurora"),
         format="aurora",
         help="aurora_normalisation.json in --output-dir: Aurora's locations and scales "
         "(mean, std) keyed NAME or NAME_LEVEL (one split)",
