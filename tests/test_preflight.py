@@ -18,13 +18,14 @@ def zarr_store(tmp_path_factory):
 @pytest.fixture
 def no_reading(monkeypatch):
     """Any value read fails the test: every refusal must come first."""
+    from wxstats.sources.anemoi import AnemoiSource
     from wxstats.sources.meps import MepsSource
     from wxstats.sources.xarray import XarraySource
 
     def refuse(self, *args, **kwargs):
         raise AssertionError("a value was read before the refusal")
 
-    for cls in (XarraySource, MepsSource):
+    for cls in (XarraySource, MepsSource, AnemoiSource):
         monkeypatch.setattr(cls, "read", refuse)
         monkeypatch.setattr(cls, "reference_blocks", refuse)
 
@@ -45,6 +46,14 @@ BAD_ZARR = [
     ["--output", "o.nc", "--summary", "o.nc"],
     ["--output", "INPUT/inside.nc"],
     ["--resume"],
+]
+BAD_ANEMOI = [
+    ["--weights", "coslat"],
+    ["--split", "train"],
+    ["--format", "graphcast"],
+    ["--format", "anemoi"],
+    ["--write-into", "--format", "anemoi", "--output", "s.zarr"],
+    ["--min-std", "1", "--output", "x.nc"],
 ]
 BAD_MEPS = [
     ["--diff-steps", "3"],
@@ -82,4 +91,22 @@ def test_inspect_refuses_as_compute_for_a_datastore(
 ):
     monkeypatch.chdir(tmp_path)
     _same_refusal(capsys, meps_small, args)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def anemoi_dataset(tmp_path_factory):
+    from test_anemoi import make_dataset
+
+    path = tmp_path_factory.mktemp("preflight") / "an.zarr"
+    make_dataset(path)
+    return path
+
+
+@pytest.mark.parametrize("args", BAD_ANEMOI, ids=" ".join)
+def test_inspect_refuses_as_compute_for_anemoi(
+    anemoi_dataset, tmp_path, monkeypatch, capsys, no_reading, args
+):
+    monkeypatch.chdir(tmp_path)
+    _same_refusal(capsys, anemoi_dataset, args)
     assert list(tmp_path.iterdir()) == []
