@@ -111,8 +111,8 @@ def test_a_state_run_writes_its_statistics_beside_the_state(store, tmp_path, mon
         (["--block-mb", "inf"], "--block-mb: expects a finite number > 0"),
         (["--timeout", "-5", "--nproc", "2"], "--timeout: expects a finite number > 0"),
         (["--log-interval", "-1"], "--log-interval: expected seconds >= 0"),
-        (["--level-weights", "2=1"], "--level-weights is for neural-lam datastores"),
-        (["--min-std", "1e-6"], "--min-std floors what neural-lam divides by"),
+        (["--level-weights", "2=1"], "--level-weights: not for the statistics file (neural-lam"),
+        (["--min-std", "1e-6"], "--min-std: not for the statistics file (it floors what neural"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(store, tmp_path, capsys, args, message):
@@ -130,7 +130,7 @@ def test_cli_errors_are_one_line_exit_2(store, tmp_path, capsys, args, message):
 
 def test_zarr_options_are_refused_for_a_meps_datastore(meps_small, capsys):
     assert main(["compute", str(meps_small), "--diff-steps", "3", "--quiet"]) == 2
-    assert "--diff-steps apply to zarr/netCDF datasets only" in capsys.readouterr().err
+    assert "--diff-steps: not for a neural-lam datastore" in capsys.readouterr().err
     assert main(["compute", str(meps_small), "--split", "train", "--split", "val"]) == 2
 
 

@@ -137,8 +137,8 @@ def test_pooled_statistics_do_not_depend_on_the_block_size(store, tmp_path):
         (["--pool", "height"], "no selected variable has height"),
         (["--pool", "time"], "the time dimension is always reduced"),
         (["--pool", "level", "--by", "month"], "not with --by"),
-        (["--pool", "level", "--write-into"], "not with --write-into"),
-        (["--pool", "level", "--format", "graphcast"], "--format graphcast has no place"),
+        (["--pool", "level", "--write-into"], "store's statistics; not with --pool level"),
+        (["--pool", "level", "--format", "graphcast"], "--pool level (no place for pooled"),
     ],
 )
 def test_refused_before_reading(store, tmp_path, capsys, extra, message):

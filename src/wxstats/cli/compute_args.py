@@ -16,6 +16,7 @@ from typing import Any
 
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.targets import FORMATS, format_help
 
 
 def level_weights(text: str) -> dict[str, float]:
@@ -205,18 +206,9 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     z.add_argument(
         "--format",
         dest="output_format",
-        choices=("netcdf", "graphcast", "makani", "ace", "anemoi"),
+        choices=FORMATS,
         default="netcdf",
-        help="netcdf: one statistics file (default); graphcast: mean_by_level.nc, "
-        "stddev_by_level.nc, diffs_stddev_by_level.nc, min_by_level.nc in --output-dir, "
-        "one variable per field with the dataset's level coordinate (one split, one step); "
-        "makani: global_means.npy, global_stds.npy, mins.npy, maxs.npy, time_means.npy, "
-        "time_diff_{means,stds}_dt{K}.npy in --output-dir, channels in --variables order, "
-        "weighted by cos(latitude) as makani's quadrature unless --weights says otherwise; "
-        "ace: centering.nc, scaling-full-field.nc, scaling-residual.nc (std of the --diff-steps "
-        "difference, default 1), time-mean.nc in --output-dir, unweighted as ACE's get_stats.py; "
-        "anemoi (an anemoi dataset): the statistics in a store of their own, --output S.zarr, "
-        "for open_dataset(DATASET, statistics=S, statistics_tendencies=S)",
+        help=format_help(),
     )
     z.add_argument(
         "--write-into",

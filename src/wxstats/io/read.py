@@ -10,7 +10,8 @@ format module into a :class:`~wxstats.core.stats.Stats`:
 - a neural-lam ``static/`` folder (:mod:`.formats.neurallam`), with variable
   names, units and step length from the datastore YAML beside it;
 - a makani statistics folder (:mod:`.formats.makani`), a GraphCast-style one
-  (:mod:`.formats.graphcast`), an ACE one (:mod:`.formats.ace`);
+  (:mod:`.formats.graphcast`), an ACE one (:mod:`.formats.ace`), Aurora's
+  normalisation (:mod:`.formats.aurora`);
 - an anemoi dataset's statistics, or a sidecar store of them (:mod:`.formats.anemoi`).
 """
 
@@ -24,6 +25,8 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import interrupted_write
 from wxstats.io.formats.ace import is_ace, read_ace
 from wxstats.io.formats.anemoi import is_anemoi_statistics, read_anemoi_stats
+from wxstats.io.formats.aurora import FILE as AURORA_FILE
+from wxstats.io.formats.aurora import is_aurora, read_aurora
 from wxstats.io.formats.graphcast import is_graphcast, read_graphcast
 from wxstats.io.formats.makani import is_makani, read_makani
 from wxstats.io.formats.netcdf import read_stats_file
@@ -45,6 +48,7 @@ FOLDER_SETS: dict[str, tuple[str, Callable[[Path], bool], Callable[[Path], Stats
     "makani": ("global_means.npy", is_makani, read_makani),
     "GraphCast": ("mean_by_level.nc", is_graphcast, read_graphcast),
     "ACE": ("centering.nc", is_ace, read_ace),
+    "Aurora": (AURORA_FILE, is_aurora, read_aurora),
 }
 """The statistics sets a folder may hold: (the file that names the set, test, reader).
 A folder holding several is not read as one of them silently: its set is chosen
@@ -108,7 +112,8 @@ def read_stats(path: str | Path, split: str | None = None, exact: bool = False) 
     raise InputError(
         f"{path}: no statistics here (expected a zarr store, a neural-lam static/ "
         "folder with parameter_mean.pt, a makani folder with global_means.npy, "
-        f"GraphCast-style mean_by_level.nc, an ACE folder with centering.nc, or {NETCDF_NAME})"
+        f"GraphCast-style mean_by_level.nc, an ACE folder with centering.nc, Aurora's "
+        f"{AURORA_FILE}, or {NETCDF_NAME})"
     )
 
 

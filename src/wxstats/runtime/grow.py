@@ -36,7 +36,6 @@ from wxstats.runtime.state import (
     SampleCoverage,
     State,
     TimeCoverage,
-    check_source,
     coverage_of,
     identity_of,
     refuse_mismatch,
@@ -312,8 +311,7 @@ class Growth:
 
     def check(self, source: Source, skipna: bool) -> None:
         """Refuse, before any data is read, what cannot become a state or grow one."""
-        what = "updating a state" if self.base else "--state"
-        check_source(source, what)
+        # that the data can have a state: the pre-flight (runtime/targets.py) refused before
         base, name = self.base, source_name(source)
         if base is not None:
             kind = base.identity["kind"]  # a kind covered alike: its identity differs below

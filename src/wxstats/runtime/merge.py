@@ -30,6 +30,7 @@ from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.state import State, TimeCoverage
+from wxstats.runtime.targets import refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
 
 
@@ -39,29 +40,11 @@ def _neurallam(state: State) -> bool:
 
 
 def _refuse_output_options(state: State, options: dict[str, Any]) -> None:
-    """Options for the other kind of data's outputs, refused in one line."""
-    if _neurallam(state):
-        if options.get("output") is not None:
-            raise WxstatsError(
-                f"{options['output']}: {state.name} is of a neural-lam datastore, whose "
-                "statistics are neural-lam's static files: give --output-dir DIR (they and "
-                "wxstats_stats.nc are written there), not --output FILE.nc"
-            )
-        return
-    flags = [
-        flag
-        for flag, key in (
-            ("--output-dir", "output_dir"),
-            ("--level-weights", "level_weights"),
-            ("--min-std", "min_std"),
-        )
-        if options.get(key) is not None
-    ]
-    if flags:
-        raise WxstatsError(
-            f"{state.name}: {', '.join(flags)} are for states of neural-lam datastores; "
-            "this state's statistics go to --output FILE.nc"
-        )
+    """Outputs this state's kind of data does not have, refused as ``compute``'s
+    (:func:`wxstats.runtime.targets.refuse_merge_options`)."""
+    caps = capabilities_of(state.identity["kind"])
+    given = {k: v for k, v in options.items() if v is not None}
+    refuse_merge_options(state.name, caps, ComputeOptions(dataset=state.name, **given))
 
 
 def update_options(
@@ -149,8 +132,8 @@ def merge_states(
     started = time.time()
     states = _read_states(paths)
     first = states[0]
-    _refuse_output_options(first, {"output": output, "output_dir": output_dir,
-                                   "level_weights": level_weights, "min_std": min_std})  # fmt: skip
+    outputs = {"output": output, "output_dir": output_dir, "summary": summary, "state": state}
+    _refuse_output_options(first, {**outputs, "level_weights": level_weights, "min_std": min_std})
     if output is None and summary is None and output_dir is None:
         if state is None:
             what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"
@@ -201,14 +184,16 @@ def _neurallam_set(
     step, flux stream and levels from the state, as the datastore gave them."""
     if folder is None:
         return {}
-    from wxstats.core.stats import MEPS_FLUX
-    from wxstats.runtime.outputs import neurallam_set
+    from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths, neurallam_set
     from wxstats.sources.meps import levels_of
 
     spec = next(s for s in state.specs if s.diff_steps)
     step = int(state.identity["diff_steps"][0])
     levels = levels_of(spec.long_names)
-    return neurallam_set(Path(folder), stats, step, MEPS_FLUX, levels, level_weights, min_std)
+    if stats is None:
+        check_neurallam(min_std)
+        return dict.fromkeys(neurallam_paths(Path(folder)))
+    return neurallam_set(Path(folder), stats, step, levels, level_weights, min_std)
 
 
 def _writers(

@@ -55,9 +55,9 @@ class ComputeOptions:
     output: Path | None = None
     write_into: bool = False
     output_format: str = "netcdf"
-    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast``, ``makani`` or
-    ``ace`` (their sets of files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
-    opens, ``--output S.zarr``)."""
+    """zarr/netCDF: ``netcdf`` (one statistics file), ``graphcast``, ``makani``, ``ace``
+    or ``aurora`` (their files); an anemoi dataset: ``anemoi`` (a statistics store anemoi
+    opens, ``--output S.zarr``). Declared in :data:`wxstats.runtime.targets.TARGETS`."""
     overwrite: bool = False
     level_weights: dict[str, float] | None = None
     min_std: float | None = None

@@ -40,8 +40,9 @@ from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.grow import Growth
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.outputs import open_source, prepare_outputs, write_outputs
+from wxstats.runtime.outputs import open_source, plan_outputs, prepare_outputs, write_outputs
 from wxstats.runtime.resumable import Resumable, resume_hint
+from wxstats.runtime.targets import preflight
 from wxstats.sources.base import Source, sample_sizes
 
 
@@ -256,10 +257,12 @@ def execute(
     release: Callable[[], None] = lambda: None  # noqa: E731
     try:
         source = open_source(options)
+        # every refusal of the outputs (targets.py), then of the state, before any data is read
+        plan = plan_outputs(source, options) if world.rank == 0 else preflight(source, options)
         if growth is not None:
             growth.check(source, options.skipna)
         if world.rank == 0:  # every output made (from a template) before any data is read
-            prepared = prepare_outputs(source, options, growth.paths() if growth else [])
+            prepared = prepare_outputs(source, options, plan)
             release = _discard_on_sigterm(prepared)
         sizes = sample_sizes(source)
         # what every rank must agree on (not the files: data staged per node is fine)

@@ -439,15 +439,6 @@ def state_of_run(source: Source, acc: RunMoments, skipna: bool) -> State:
     )
 
 
-def check_source(source: Source, what: str) -> None:
-    """A state is of one split of data whose capabilities name a coverage."""
-    if source.capabilities.state not in COVERAGES:
-        why = source.capabilities.no_state
-        kinds = "zarr/netCDF datasets and neural-lam datastores"
-        raise WxstatsError(f"{source_name(source)}: {what} is for {kinds} ({why})")
-    coverage_of(source)  # now, not after the run: several splits, a cftime axis
-
-
 def coverage_of(source: Source) -> Coverage:
     """What a run over ``source`` covers, as its capabilities say."""
     return COVERAGES[source.capabilities.state].of_source(source)

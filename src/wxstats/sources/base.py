@@ -44,6 +44,9 @@ class SampleSteps:
 class Capabilities:
     """What a kind of data supports, by meaning (see module docstring)."""
 
+    what: str = "this data"
+    """The kind of data in words, for messages (``a neural-lam datastore``)."""
+
     time_splits: bool = False
     """Samples are blocks of one time axis cut into named splits (:class:`TimeAxisSource`)."""
     state: Literal["time ranges", "samples"] | None = None

@@ -10,9 +10,12 @@ from __future__ import annotations
 from wxstats.sources.base import Capabilities
 
 KINDS: dict[str, Capabilities] = {
-    "xarray": Capabilities(time_splits=True, state="time ranges"),
-    "npyfilesmeps": Capabilities(state="samples", neurallam_files=True, maps_samples=True),
+    "xarray": Capabilities(what="a zarr/netCDF dataset", time_splits=True, state="time ranges"),
+    "npyfilesmeps": Capabilities(
+        what="a neural-lam datastore", state="samples", neurallam_files=True, maps_samples=True
+    ),
     "anemoi": Capabilities(
+        what="an anemoi dataset",
         no_state="an anemoi dataset's statistics are rewritten whole, over its window",
         anemoi_statistics=True,
     ),

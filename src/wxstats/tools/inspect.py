@@ -119,12 +119,18 @@ def _arrays_into(source: Source) -> list[str]:
 
 
 def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
-    """The plan of a ``compute`` run with ``options``."""
-    from wxstats.runtime.anemoi_outputs import check_anemoi_outputs, sidecar_path
-    from wxstats.runtime.outputs import check_collisions, open_source, planned_outputs
+    """The plan of a ``compute`` run with ``options``: refused as ``compute``
+    refuses, by the same pre-flight (:mod:`wxstats.runtime.targets`)."""
+    from wxstats.runtime.grow import Growth
+    from wxstats.runtime.outputs import open_source, plan_outputs
     from wxstats.runtime.run import resumable
 
+    resumable(options)  # --resume without --checkpoint
+    growth = Growth.of(options)
     source = open_source(options)
+    planned = plan_outputs(source, options)
+    if growth is not None:
+        growth.check(source, options.skipna)
     plan = Plan(
         path=Path(options.dataset),
         kind=source.kind,
@@ -140,15 +146,9 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
             f"--threads {options.threads} on {plan.threads} CPUs: the estimate counts "
             f"{plan.threads}, the threads that can run at once"
         )
-    paths = list(planned_outputs(source, None, options))
-    side = sidecar_path(source, options)  # an anemoi statistics store (a folder)
-    paths += [side] if side is not None else []
-    check_collisions(source, paths)
-    if source.capabilities.anemoi_statistics:
-        check_anemoi_outputs(source, options)
+    paths = list(planned.files) + planned.stores  # a store: an anemoi statistics store
     for folder in sorted({p.parent for p in paths}):
         _refuse_unwritable(folder)
-    resumable(options)  # --resume without --checkpoint
     if options.checkpoint is not None:
         _refuse_unwritable(Path(options.checkpoint))
     plan.outputs = [(p, p.exists()) for p in paths]
