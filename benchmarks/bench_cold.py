@@ -31,8 +31,13 @@ cannot be faster than the larger of the cold limit and the warm run, so
 besides ``limit / cold`` the table prints ``max(limit, warm) / cold``: how
 well the read-ahead overlaps the disk with the kernel (1.0: perfectly).
 
-Each row shows min / median / max over the rounds and GB/s of the median
-(bytes on disk). The machine may be shared: compare the ratios of one run.
+Each row shows min / median / max over the rounds, GB/s of the median (bytes on
+disk) and the median CPU seconds of the process (every thread: ``os.times``).
+Where the limit and wxstats both keep every CPU busy (decompression on a few
+cores), ``cold / cold limit`` cannot pass the ratio of their CPU seconds: the
+table prints it (below 0.85 means the target is out of reach on this machine,
+whatever the read-ahead; more cores than the work needs lift it).
+The machine may be shared: compare the ratios of one run.
 """
 
 from __future__ import annotations
@@ -166,15 +171,36 @@ def spread(values: list[float]) -> str:
     return f"{min(values):7.2f} {statistics.median(values):7.2f} {max(values):7.2f}"
 
 
+CPU_SECONDS: dict[str, dict[str, list[float]]] = {}
+"""{dataset: {row: [CPU seconds of this process per round]}}, filled by :func:`measure`."""
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process, every thread."""
+    times = os.times()
+    return times.user + times.system
+
+
+def timed(fn: Callable[[], float], cpu: list[float]) -> float:
+    """``fn()``, with the process's CPU seconds during it appended to ``cpu``."""
+    start = cpu_seconds()
+    seconds = fn()
+    cpu.append(cpu_seconds() - start)
+    return seconds
+
+
 def measure(
     entries: dict[str, tuple[Path, Path]], threads: int, repeat: int, aheads: list[int]
 ) -> dict[str, dict[str, list[float]]]:
     """{dataset: {row: [seconds per round]}}, rounds interleaved across datasets
-    (and read-ahead depths: a ``cold ahead=N`` row for each of ``aheads``)."""
+    (and read-ahead depths: a ``cold ahead=N`` row for each of ``aheads``); the
+    CPU seconds of each go to :data:`CPU_SECONDS`."""
     times: dict[str, dict[str, list[float]]] = {
         name: {"limit": [], "cold": [], **{f"cold ahead={a}": [] for a in aheads}, "warm": []}
         for name in entries
     }
+    cpu = {name: {row: [] for row in rows} for name, rows in times.items()}
+    CPU_SECONDS.update(cpu)
     for path, _ in entries.values():  # imports, numba's load, zarr's metadata
         run_wxstats(path, threads)
     for _ in range(repeat):
@@ -187,8 +213,9 @@ def measure(
             ]
             for row, fn in steps:
                 evict(files)
-                times[name][row].append(fn())
-            times[name]["warm"].append(run_wxstats(path, threads))
+                times[name][row].append(timed(fn, cpu[name][row]))
+            warm = partial(run_wxstats, path, threads)
+            times[name]["warm"].append(timed(warm, cpu[name]["warm"]))
     return times
 
 
@@ -209,8 +236,10 @@ def report(entries, times, threads: int, repeat: int) -> None:
             **{row: f"wxstats {row}" for row in rows if row.startswith("cold ahead")},
             "warm": "wxstats warm (the compute bound)",
         }
+        cpu = {row: statistics.median(v) for row, v in CPU_SECONDS.get(name, {}).items() if v}
         for row, label in labels.items():
-            print(f"  {label:34} {spread(rows[row])} s {nbytes / med[row] / 1e9:6.2f} GB/s")
+            used = f" {cpu[row]:6.2f} CPU-s" if row in cpu else ""
+            print(f"  {label:34} {spread(rows[row])} s {nbytes / med[row] / 1e9:6.2f} GB/s{used}")
         bound = max(med["limit"], med["warm"])
         best = min(rows["limit"]) / min(rows["cold"])
         print(
@@ -218,6 +247,12 @@ def report(entries, times, threads: int, repeat: int) -> None:
             f"{best:.2f} (best of each)  target >= 0.85"
         )
         print(f"  overlap, max(limit, warm) / cold: {bound / med['cold']:.2f} (medians)")
+        if "cold" in cpu and cpu.get("limit"):
+            print(
+                f"  CPU: wxstats cold {cpu['cold']:.2f} CPU-s, the limit {cpu['limit']:.2f} "
+                f"({cpu['cold'] / cpu['limit']:.2f}x): where both keep every CPU busy, "
+                f"cold / cold limit <= {cpu['limit'] / cpu['cold']:.2f} (medians)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,11 +23,13 @@ limit is netCDF4-python reading every variable in slabs of 8 steps and summing
 them, with the one core its lock allows; wxstats reads the file's chunks
 itself, with every core: ``storage/hdf5chunks.py``); the same store
 uploaded to moto's S3 server on localhost (unless ``--no-s3``: the limit is
-every chunk object fetched with batched ``cat`` and decompressed; wxstats reads
-``s3://``); and the start-up: ``wxstats compute`` of a tiny store against
-``python -c "import numpy, xarray"`` (whole process); the ranks: ``--nproc 2
---threads 1`` against ``--nproc 1 --threads 1``, each compute phase being the
-whole command minus the same on a tiny store.
+every chunk object fetched in batches of 256, with s3fs's ``cat`` and with
+obstore's gathered GETs, whichever is faster, and decompressed; wxstats reads
+``s3://``, with obstore's client where installed and with fsspec's ``cat``;
+``--repeat`` interleaved rounds, min and median); and the start-up: ``wxstats
+compute`` of a tiny store against ``python -c "import numpy, xarray"`` (whole
+process); the ranks: ``--nproc 2 --threads 1`` against ``--nproc 1 --threads 1``,
+each compute phase being the whole command minus the same on a tiny store.
 
 The machine may be shared: the ratios are measured in one run, compare them,
 not the absolute times across runs.
@@ -296,9 +298,7 @@ class S3:
         print(f"uploaded the store to moto in {time.perf_counter() - t0:.0f} s")
 
     def limit(self, _path: Path) -> float:
-        """Every chunk object fetched (batched cat) and decompressed in threads."""
-        from numcodecs import Zstd
-
+        """Every chunk object fetched (s3fs's batched cat) and decompressed in threads."""
         # max_concurrency=1: no HEAD before each GET (as wxstats reads chunk objects)
         fs = type(self.fs)(
             **self.options,
@@ -306,18 +306,51 @@ class S3:
             max_concurrency=1,
             skip_instance_cache=True,
         )
-        codec = Zstd()
         urls = [f"bench/store.zarr/{k}" for k in self.keys]
+        return self._batched(lambda batch: list(fs.cat(batch).values()), urls)
+
+    def limit_obstore(self, _path: Path) -> float:
+        """Every chunk object fetched (obstore, a batch's GETs gathered on one event
+        loop) and decompressed in threads."""
+        import asyncio
+
+        import obstore
+        from obstore.store import S3Store
+
+        store = S3Store(
+            "bench",
+            endpoint=self.options["endpoint_url"],
+            access_key_id="bench",
+            secret_access_key="bench",
+            region="eu-west-1",
+            client_options={"allow_http": True},
+        )
+
+        async def fetch(names: list[str]) -> list:
+            async def one(name: str):
+                return await (await obstore.get_async(store, name)).bytes_async()
+
+            return await asyncio.gather(*(one(n) for n in names))
+
+        names = [f"store.zarr/{k}" for k in self.keys]
+        return self._batched(lambda batch: asyncio.run(fetch(batch)), names)
+
+    def _batched(self, fetch, names: list[str], batch: int = 256) -> float:
+        """Seconds to ``fetch`` ``names`` in batches, each batch decompressed and
+        summed in threads while the next is fetched."""
+        from numcodecs import Zstd
+
+        codec = Zstd()
         start = time.perf_counter()
         with ThreadPoolExecutor(THREADS) as pool:
             pending = []
-            for i in range(0, len(urls), 256):
-                data = fs.cat(urls[i : i + 256])
+            for i in range(0, len(names), batch):
+                data = fetch(names[i : i + batch])
                 for fut in pending:
                     fut.result()
                 pending = [
                     pool.submit(lambda b: float(np.frombuffer(codec.decode(b), "f4").sum()), b)
-                    for b in data.values()
+                    for b in data
                 ]
             for fut in pending:
                 fut.result()
@@ -329,6 +362,17 @@ class S3:
         start = time.perf_counter()
         compute(self.url, diff_steps=(1,), threads=THREADS, storage_options=self.options)
         return time.perf_counter() - start
+
+    def wxstats_fsspec(self, path: Path) -> float:
+        """wxstats with its chunk objects fetched by fsspec's batched cat (no obstore)."""
+        from wxstats.storage import zarrchunks
+
+        chosen = zarrchunks.object_store
+        zarrchunks.object_store = lambda *_: None
+        try:
+            return self.wxstats(path)
+        finally:
+            zarrchunks.object_store = chosen
 
     def stop(self) -> None:
         self.server.stop()
@@ -344,6 +388,45 @@ def table(title: str, nbytes: int, results: dict[str, float], limit: float, zarr
             f"  {name:28} {seconds:8.2f} s {nbytes / seconds / 1e9:6.2f} GB/s "
             f"{limit / seconds:6.2f} x limit{versus}"
         )
+
+
+def s3_rows(store: Path, nbytes: int, rounds: int) -> None:
+    """The store on moto's S3 server: the batched limits (s3fs's ``cat`` and
+    obstore's gathered GETs: the faster is the limit) and wxstats (obstore's client
+    when installed, and fsspec's ``cat``), ``rounds`` interleaved rounds, min and
+    median; the ratios are the limit's min over each row's min, medians likewise."""
+    import statistics
+
+    s3 = S3(store)
+    try:
+        rows = {"limit: batched cat (s3fs)": s3.limit}
+        try:
+            import obstore  # noqa: F401
+
+            rows["limit: batched get (obstore)"] = s3.limit_obstore
+            rows["wxstats (obstore)"] = s3.wxstats
+        except ImportError:
+            print("obstore is not installed: its rows are left out")
+        rows["wxstats (fsspec cat)"] = s3.wxstats_fsspec
+        s3.wxstats(store)  # the kernel and both clients' first connections
+        s3.wxstats_fsspec(store)
+        times: dict[str, list[float]] = {name: [] for name in rows}
+        for _ in range(rounds):
+            for name, fn in rows.items():
+                times[name].append(fn(store))
+        limits = [t for name, t in times.items() if name.startswith("limit")]
+        best = min(min(t) for t in limits)
+        median = min(statistics.median(t) for t in limits)
+        print(f"zarr on S3 (moto server, localhost), {rounds} interleaved rounds:")
+        print(f"  {'':30} {'min s':>7} {'median':>7} {'GB/s':>6}  x limit: best  median")
+        for name, t in times.items():
+            print(
+                f"  {name:30} {min(t):7.2f} {statistics.median(t):7.2f} "
+                f"{nbytes / min(t) / 1e9:6.2f}  {best / min(t):13.2f} "
+                f"{median / statistics.median(t):7.2f}"
+            )
+    finally:
+        s3.stop()
 
 
 def ranks(store: Path, work: Path, nbytes: int) -> None:
@@ -372,6 +455,7 @@ def main() -> None:
     parser.add_argument("--no-netcdf", action="store_true", help="skip the netCDF rows")
     parser.add_argument("--no-ranks", action="store_true", help="skip the --nproc rows")
     parser.add_argument("--repeat", type=int, default=2, help="best of N for the warm rows")
+    parser.add_argument("--s3-only", action="store_true", help="only the S3 (moto) rows")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -388,6 +472,8 @@ def main() -> None:
     )
     print(f"store: {nbytes / 1e9:.2f} GB float32, {disk / 1e9:.2f} GB on disk; threads {THREADS}")
     print(f"load average before: {os.getloadavg()[0]:.2f} (other work on the machine skews times)")
+    if args.s3_only:
+        return s3_rows(store, nbytes, args.repeat)
     run_wxstats(store)  # compile the kernels once
     modes = ["warm"] + ([] if args.no_cold else ["cold"])
     for mode in modes:
@@ -423,20 +509,7 @@ def main() -> None:
                 results[name] = min(fn(nc) for _ in range(args.repeat))
             table(title, nbytes, results, results["limit: netCDF4-python slabs"])
     if not args.no_s3:
-        s3 = S3(store)
-        try:
-            s3.wxstats(store)
-            results = {}
-            for name, fn in (("limit: batched cat + numcodecs", s3.limit), ("wxstats", s3.wxstats)):
-                results[name] = min(fn(store) for _ in range(args.repeat))
-            table(
-                "zarr on S3 (moto server, localhost):",
-                nbytes,
-                results,
-                results["limit: batched cat + numcodecs"],
-            )
-        finally:
-            s3.stop()
+        s3_rows(store, nbytes, args.repeat)
     if not args.no_ranks:
         ranks(store, args.dir, nbytes)
     ours, base = startup(args.dir)

@@ -61,6 +61,29 @@ def test_bench_zarr_prints_the_limit_wxstats_and_start_up(tmp_path):
     assert float(ours) > float(base) > 0  # the command imports at least numpy and xarray
 
 
+def test_bench_zarr_s3_rows_rate_both_clients_against_the_faster_limit(tmp_path):
+    """The S3 rows: the batched limits of s3fs and obstore, and wxstats with each
+    client; the "x limit" columns are the faster limit's time over each row's."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    pytest.importorskip("obstore")
+    args = ("--gb", "0.01", "--dir", str(tmp_path), "--repeat", "2", "--s3-only")
+    text = _run("bench_zarr.py", *args, cwd=tmp_path).split("interleaved rounds:")[1]
+    number = r"\s+([0-9.]+)"
+    rows = {}
+    for name in ("limit: batched cat (s3fs)", "limit: batched get (obstore)",
+                 "wxstats (obstore)", "wxstats (fsspec cat)"):  # fmt: skip
+        match = re.search(re.escape(name) + number * 5, text)
+        assert match, text
+        rows[name] = [float(x) for x in match.groups()]
+    best = min(rows["limit: batched cat (s3fs)"][0], rows["limit: batched get (obstore)"][0])
+    assert 1.00 in (rows[name][3] for name in rows if name.startswith("limit")), text
+    for low, median, _, ratio, _ in rows.values():  # times printed to 0.01 s, ratios too
+        assert 0 < low <= median, text
+        assert (best - 0.005) / (low + 0.005) - 0.005 <= ratio, text
+        assert ratio <= (best + 0.005) / max(low - 0.005, 1e-3) + 0.005, text
+
+
 def test_benchmarks_run_prints_throughput_cold_and_memory(tmp_path):
     text = _run(
         "run.py",

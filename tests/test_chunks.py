@@ -251,3 +251,30 @@ def test_a_blocks_chunk_plan_is_made_once_for_its_read_ahead_and_its_read(tmp_pa
     compute_source(source, threads=2)
     assert len(source) == 14 and len(planned) >= 3 * 14
     assert set(Counter(planned).values()) == {1}  # read-ahead and read share each plan
+
+
+def test_object_store_only_where_obstore_reads_as_fsspec_would(monkeypatch):
+    """obstore fetches the chunk objects only with credentials and a region it can
+    use as botocore would; profiles, unknown options, no region (s3fs finds the
+    bucket's) or other protocols stay with fsspec, which reads them all."""
+    pytest.importorskip("obstore")
+    from wxstats.storage.urls import object_store
+
+    env = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_DEFAULT_REGION")
+    for name in env:
+        monkeypatch.delenv(name, raising=False)
+    keys = {"key": "k", "secret": "s"}
+    region = {"client_kwargs": {"region_name": "eu-west-1"}}
+    assert object_store("gs://bucket/a.zarr", keys) is None
+    assert object_store("s3://bucket/a.zarr", region) is None  # botocore's chain
+    assert object_store("s3://bucket/a.zarr", {**keys, **region, "profile": "p"}) is None
+    assert object_store("s3://bucket/a.zarr", keys) is None  # the region unknown
+    store, prefix = object_store("s3://bucket/dir/a.zarr/", {**keys, **region})
+    assert prefix == "dir/a.zarr" and store.config["region"] == "eu-west-1"
+    store, _ = object_store("s3://b/a.zarr", {"anon": True, "endpoint_url": "http://h:9"})
+    assert store.config["skip_signature"] and store.client_options["allow_http"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_REGION", "us-west-2")
+    assert object_store("s3://bucket/a.zarr", {}) is None  # no secret: botocore's chain
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    assert object_store("s3://bucket/a.zarr", {})[0].config["region"] == "us-west-2"

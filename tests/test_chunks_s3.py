@@ -37,6 +37,7 @@ class Faults:
         self.fail: str | None = None
         self.in_flight = self.most = 0
         self.heads: list[str] = []  # HEAD requests of objects, by path
+        self.agents: set[str] = set()  # the clients that sent GETs (User-Agent)
         self.lock = threading.Lock()
 
     def __call__(self, environ, start_response):
@@ -44,6 +45,9 @@ class Faults:
         if environ["REQUEST_METHOD"] == "HEAD":
             with self.lock:
                 self.heads.append(environ.get("PATH_INFO", ""))
+        if get:
+            with self.lock:
+                self.agents.add(environ.get("HTTP_USER_AGENT", "").split("/")[0])
         if get and self.fail and environ.get("PATH_INFO", "").endswith(self.fail):
             start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
             return [b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"]
@@ -85,6 +89,21 @@ def s3():
     s3fs.S3FileSystem(**options).mkdir(BUCKET)
     yield app, options
     server.shutdown()
+
+
+@pytest.fixture(params=["obstore", "fsspec"], autouse=True)
+def client(request, s3, monkeypatch):
+    """Each test with each client of the chunk objects: obstore where it is installed
+    (the GETs then come from its Rust client), and fsspec's batched ``cat``."""
+    app, _ = s3
+    if request.param == "obstore":
+        pytest.importorskip("obstore")
+    else:
+        monkeypatch.setattr("wxstats.storage.zarrchunks.object_store", lambda *a: None)
+    app.agents = set()
+    yield request.param
+    if request.param == "obstore":  # chunk objects came from obstore, not from a fallback
+        assert "object_store" in app.agents, app.agents
 
 
 def _cli_options(options):

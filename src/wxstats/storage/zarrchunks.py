@@ -1,6 +1,6 @@
 """zarr stores for the chunk reader (:mod:`.chunks`): where each chunk object is
-(a local folder, or any fsspec URL with many requests in flight) and how it is
-compressed.
+(a local folder, or any fsspec URL with many requests in flight: obstore's client
+where it serves the URL, see :func:`.urls.object_store`) and how it is compressed.
 
 Arrays with sharding, filters, checksums, ``F`` order or codecs other than
 zstd/blosc/gzip are read with zarr's own basic slicing.
@@ -8,7 +8,9 @@ zstd/blosc/gzip are read with zarr's own basic slicing.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -16,7 +18,7 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
 from wxstats.storage.readahead import will_need
-from wxstats.storage.urls import is_url, read_options
+from wxstats.storage.urls import REQUESTS_IN_FLIGHT, is_url, object_store, read_options
 
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
@@ -46,12 +48,14 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
 
 
 class ChunkStore:
-    """Where chunk objects come from: a local folder or an fsspec filesystem."""
+    """Where chunk objects come from: a local folder, an obstore store (S3 with
+    known credentials, when obstore is installed) or an fsspec filesystem."""
 
     def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
         self.path = path.rstrip("/")
         self.fs = None
-        if is_url(path):
+        self.objects = object_store(path, storage_options) if is_url(path) else None
+        if is_url(path) and self.objects is None:
             from fsspec.core import url_to_fs
 
             self.fs, root = url_to_fs(path, **read_options(path, storage_options))
@@ -59,7 +63,7 @@ class ChunkStore:
 
     @property
     def local(self) -> bool:
-        return self.fs is None
+        return self.fs is None and self.objects is None
 
     def get(self, key: str) -> bytes | None:
         """One local chunk object (``None``: it does not exist)."""
@@ -69,8 +73,11 @@ class ChunkStore:
         except FileNotFoundError:
             return None
 
-    def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
-        """Remote chunk objects, all requests in flight at once (fsspec ``cat``)."""
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        """Remote chunk objects, all requests in flight at once (at most
+        ``REQUESTS_IN_FLIGHT`` with obstore; fsspec's batched ``cat``)."""
+        if self.objects is not None:
+            return self._get_objects(keys)
         urls = [f"{self.root}/{k}" for k in keys]
         try:
             found = self.fs.cat(urls, on_error="return")
@@ -89,6 +96,37 @@ class ChunkStore:
                 out[key] = value
         return out
 
+    def _get_objects(self, keys: list[str]) -> dict[str, Any]:
+        """``get_many`` by obstore: one coroutine per object on an event loop of this
+        call (the fetch threads each run one), the buffers kept as obstore gives them."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, prefix = self.objects
+        names = [f"{prefix}/{k}" if prefix else k for k in keys]
+
+        async def fetch_all() -> list[Any]:
+            slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+
+            async def fetch(name: str) -> Any:
+                async with slots:
+                    try:
+                        found = await obstore.get_async(store, name)
+                        return await found.bytes_async()
+                    except (FileNotFoundError, NotFoundError):
+                        return None
+                    except Exception as exc:  # noqa: BLE001 (named with its key below)
+                        return exc
+
+            return await asyncio.gather(*(fetch(n) for n in names))
+
+        out: dict[str, Any] = {}
+        for key, value in zip(keys, _run(fetch_all()), strict=True):
+            if isinstance(value, BaseException):
+                raise InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
+            out[key] = value
+        return out
+
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
         """Ask the kernel to start reading local chunk files (read-ahead; a zarr
         store has no ``spans``)."""
@@ -103,6 +141,17 @@ class ChunkStore:
                 will_need(fd, 0, os.fstat(fd).st_size)  # a large chunk too, in pieces
             finally:
                 os.close(fd)
+
+
+def _run(coroutine: Any) -> Any:
+    """``asyncio.run``, on a thread of its own where this thread runs an event loop
+    already (a notebook calling ``wxstats.compute``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 class ZarrChunkReader(ChunkReader):
