@@ -40,7 +40,6 @@ from wxstats.runtime.state import (
     identity_of,
     refuse_mismatch,
     source_name,
-    spans,
     state_of_run,
 )
 from wxstats.sources.base import Source, TimeAxisSource
@@ -189,9 +188,11 @@ def _on_grid(ordered: list[State], verb: str) -> Placed:
     for state in ordered:
         part = state.partial(lambda v, s=state: place(s, v))
         out.partials.append(part)
-        for (a, b), span in zip(part.coverage.ranges[TIME], spans(state), strict=True):
+        for (a, b), (first_time, last_time, _) in zip(
+            part.coverage.ranges[TIME], state.coverage.spans, strict=True
+        ):
             out.starts[a], out.ends[b] = state, state
-            out.time[a], out.time[b - 1] = span.first, span.last
+            out.time[a], out.time[b - 1] = first_time, last_time
     return out
 
 
@@ -343,8 +344,8 @@ class Growth:
         (else the old part changed and the state no longer describes it)."""
         base = self.base
         start = source.splits[0].start
-        last = spans(base)[-1].tail  # the edges of the state's last range
-        n = next(iter(last.values())).shape[0] if last else 0
+        n = min(base.reach, int(base.coverage.spans[-1][2])) if base.tail else 0
+        last = {v: e[len(e) - n :] for v, e in base.tail.items()}  # of the last range
         cov = base.coverage
         found = TimeCoverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
