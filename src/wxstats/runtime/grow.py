@@ -84,29 +84,22 @@ def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
     return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
 
 
-def _same(a: TimeCoverage, x: int | float, y: int | float, step: int | float) -> bool:
-    """Equal times or steps (a float axis: to 1e-9 of a step, as the sources
-    check that times are regular)."""
-    if np.dtype(a.dtype).kind == "f":
-        return abs(x - y) <= 1e-9 * abs(step)
-    return x == y
-
-
-def _check_axis(prev: State, nxt: State, verb: str) -> int | float | None:
-    """Refuse another kind of time axis or another step; the step."""
+def _check_axis(prev: State, nxt: State, verb: str) -> None:
+    """Refuse another kind of time axis or another step (a float axis: to 1e-9
+    of a step, as the sources check that times are regular)."""
     a, b = prev.coverage, nxt.coverage
     if a.dtype != b.dtype:
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time axis holds {b.dtype} values, "
             f"the state's {a.dtype}"
         )
-    step = a.step if a.step is not None else b.step
-    if a.step is not None and b.step is not None and not _same(a, a.step, b.step, a.step):
+    if a.step is None or b.step is None:
+        return
+    if abs(a.step - b.step) > (1e-9 * abs(a.step) if np.dtype(a.dtype).kind == "f" else 0):
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time step differs "
             f"({b.delta(b.step)} vs {a.delta(a.step)})"
         )
-    return step
 
 
 @dataclass
