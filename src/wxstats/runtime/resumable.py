@@ -77,9 +77,8 @@ def plan(source: Source, done: Coverage) -> Plan:
 class Resumable:
     """One rank's use of a checkpoint folder during a run (see module docstring).
 
-    ``world`` (a :class:`~wxstats.parallel.job.World`) shares rank 0's list
-    of finished samples with the other ranks.
-    """
+    ``world`` (a :class:`~wxstats.parallel.job.World`) shares the time steps
+    rank 0 found done with the other ranks."""
 
     def __init__(
         self,
