@@ -725,7 +725,7 @@ def test_resume_with_a_newer_wxstats_and_more_threads(meps_copy, tmp_path, monke
     assert_close(summary["diff"]["3"]["std"], ref["diff_std"], 1e-10, "diff std")
 
 
-@pytest.mark.parametrize("other", ["npz", "state format 4", "part format 4"])
+@pytest.mark.parametrize("other", ["state format 4", "part format 4"])
 def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, capsys, other):
     from wxstats.io.formats.wxstate import read_state_file, state_writer
 
@@ -734,13 +734,7 @@ def test_a_part_of_another_format_is_refused(meps_copy, tmp_path, monkeypatch, c
     assert _compute(meps_copy, out, "--checkpoint", str(ck)) == 143
     monkeypatch.undo()
     (part,) = ck.glob("part-*.wxstate")
-    if other == "npz":  # as wxstats wrote parts before: sample indices in an .npz
-        old = part.with_suffix(".npz")
-        with open(old, "wb") as f:
-            np.savez(f, done=np.arange(5, dtype=np.int64), ints=np.zeros(3, np.int64))
-        part.unlink()
-        part = old
-    elif other == "state format 4":  # a codec this wxstats does not read
+    if other == "state format 4":  # a codec this wxstats does not read
         with netCDF4.Dataset(part, "a") as nc:
             nc.setncattr("wxstats_state_version", np.int32(4))
     else:  # the codec, but a part layout this wxstats does not read

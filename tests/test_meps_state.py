@@ -202,6 +202,9 @@ def test_outputs_neural_lam_cannot_load_are_refused(stores, tmp_path, capsys):
     assert_refused(capsys, tmp_path, ["merge", a, b], "--output-dir")
     update = ["update", a, str(full), "--output", str(tmp_path / "s.nc")]
     assert_refused(capsys, tmp_path, update, "--output-dir")
+    # a floor the .pt files would store as inf: refused before a file is made
+    out = ["--output-dir", str(tmp_path / "m"), "--min-std", "1e40"]
+    assert_refused(capsys, tmp_path, ["merge", a, b, *out], "--min-std 1e+40", "inf")
 
 
 def test_a_zarr_dataset_cannot_update_a_datastores_state(stores, tmp_path):

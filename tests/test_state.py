@@ -333,10 +333,58 @@ def test_update_refuses_another_kind_of_time_axis(data, tmp_path, capsys):
     assert_refused(capsys, tmp_path, args, "numeric.nc", "time axis", "datetime64[ns]")
 
 
-def test_update_refuses_earlier_data(data, tmp_path, capsys):
+def test_update_takes_earlier_data_as_merge_does(data, tmp_path):
+    """Data just before the state's: an update is a merge of the state with the
+    new data's (which takes any order); grown with the rest, the full run's bytes."""
     root, _ = data
-    args = _update(root, tmp_path, root / "b.wxstate", root / "a.zarr")
-    assert_refused(capsys, tmp_path, args, "a.zarr", "before", "merge")
+    grown = update_chain(root / "b.wxstate", [root / "a.zarr", root / "c.nc"], tmp_path)
+    assert values(grown) == values(root / "full.nc")
+
+
+def test_update_fills_the_gap_of_a_state(data, tmp_path):
+    """A state with a gap (--allow-gap) updated with the data of the gap: the
+    seams on both sides are counted, giving the full run's bytes, as a merge of
+    the same pieces does."""
+    root, truth = data
+    ac = merge_states(
+        [root / "a.wxstate", root / "c.wxstate"], tmp_path / "ac.wxstate", "--allow-gap"
+    )
+    grown = update_chain(ac, [root / "b.zarr"], tmp_path)
+    assert values(grown) == values(root / "full.nc")
+    matches_reference(grown, truth)
+
+
+def test_update_joins_a_short_range_across_a_gap(data, tmp_path):
+    """A range of 2 steps (shorter than the largest difference step, 6) after a
+    gap, then the gap and the rest: the full run's bytes, as merge gives them."""
+    root, _ = data
+    full = xr.open_zarr(root / "full.zarr", consolidated=False).load()
+    cuts = {"gap": slice(20, 30), "short": slice(30, 32), "rest": slice(32, 50)}
+    for name, cut in cuts.items():
+        write_zarr(full.isel(time=cut), tmp_path / f"{name}.zarr")
+    gapped = tmp_path / "gapped.wxstate"
+    args = ["update", str(root / "a.wxstate"), str(tmp_path / "short.zarr"), "--state"]
+    assert main([*args, str(gapped), "--allow-gap", "--quiet"]) == 0
+    grown = update_chain(gapped, [tmp_path / "gap.zarr", tmp_path / "rest.zarr"], tmp_path)
+    assert values(grown) == values(root / "full.nc")
+
+
+def test_update_and_merge_refuse_an_overlap_with_the_same_line(data, tmp_path, capsys):
+    """The update's check before reading is the merge's rule: the same line, the
+    new data named where the merge names its state."""
+    root, _ = data
+    full = tmp_path / "full.wxstate"
+    args = ["compute", str(root / "full.zarr"), "--state", str(full)]
+    assert main([*args, "--output", str(tmp_path / "full.stats.nc"), *STEPS]) == 0
+    ac = merge_states(
+        [root / "a.wxstate", root / "c.wxstate"], tmp_path / "ac.wxstate", "--allow-gap"
+    )
+    for base in (root / "a.wxstate", ac):
+        update = _update(root, tmp_path, base, root / "full.zarr")
+        by_update = assert_refused(capsys, tmp_path, update, "full.zarr", "overlaps", base.name)
+        merge = ["merge", str(base), str(full), "--output", str(tmp_path / "m.nc")]
+        by_merge = assert_refused(capsys, tmp_path, merge, "full.wxstate", "overlaps", base.name)
+        assert by_update.replace(str(root / "full.zarr"), str(full)) == by_merge
 
 
 def test_missing_values_across_the_seams(tmp_path):

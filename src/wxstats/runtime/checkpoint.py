@@ -46,8 +46,6 @@ FORMAT_VERSION = 3
 config and the grid; 2: parts recorded sample indices, not time steps, in
 ``.npz`` files)."""
 PART = "part-{}.wxstate"
-OLD_PARTS = "part-*.npz"
-"""Parts of format 2 and before: refused, naming the format."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -156,8 +154,6 @@ class Checkpoint:
         """All part files merged into one partial: the time steps summed and their
         exact sums (``template``: an empty accumulator giving the layout)."""
         total = Partial.empty(template, {})
-        for path in sorted(self.directory.glob(OLD_PARTS)):
-            raise self._other_format(path, "sample indices in .npz")
         for path in sorted(self.directory.glob(PART.format("*"))):
             try:
                 total = total.merge(self._read(path, template))

@@ -26,7 +26,7 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
-from wxstats.core.partial import Edges, Partial, Seam
+from wxstats.core.partial import Coverage, Edges, Partial
 from wxstats.core.stats import Stats, stream_name
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
@@ -40,7 +40,6 @@ from wxstats.runtime.state import (
     identity_of,
     refuse_mismatch,
     source_name,
-    spans,
     state_of_run,
 )
 from wxstats.sources.base import Source, TimeAxisSource
@@ -85,87 +84,56 @@ def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
     return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
 
 
-def _same(a: TimeCoverage, x: int | float, y: int | float, step: int | float) -> bool:
-    """Equal times or steps (a float axis: to 1e-9 of a step, as the sources
-    check that times are regular)."""
-    if np.dtype(a.dtype).kind == "f":
-        return abs(x - y) <= 1e-9 * abs(step)
-    return x == y
-
-
-def _next_step(a: TimeCoverage, first: int | float, step: int | float) -> bool:
-    """Whether ``first`` is the time step after ``a``."""
-    return _same(a, first, a.last + step, step)
-
-
-def _check_axis(prev: State, nxt: State, verb: str) -> int | float | None:
-    """Refuse another kind of time axis or another step; the step."""
+def _check_axis(prev: State, nxt: State, verb: str) -> None:
+    """Refuse another kind of time axis or another step (a float axis: to 1e-9
+    of a step, as the sources check that times are regular)."""
     a, b = prev.coverage, nxt.coverage
     if a.dtype != b.dtype:
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time axis holds {b.dtype} values, "
             f"the state's {a.dtype}"
         )
-    step = a.step if a.step is not None else b.step
-    if a.step is not None and b.step is not None and not _same(a, a.step, b.step, a.step):
+    if a.step is None or b.step is None:
+        return
+    if abs(a.step - b.step) > (1e-9 * abs(a.step) if np.dtype(a.dtype).kind == "f" else 0):
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time step differs "
             f"({b.delta(b.step)} vs {a.delta(a.step)})"
         )
-    return step
 
 
-def _gap(later: State, earlier: State, first: Any, last: Any, step: Any) -> WxstatsError:
-    """``later`` starts at ``first``, not the step after ``earlier``'s ``last``."""
-    cov = earlier.coverage
-    expected = cov.label(last + step) if step is not None else "the next time step"
-    return WxstatsError(
-        f"{later.name}: leaves a gap after {earlier.name}: it starts at {cov.label(first)}, "
-        f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
-        "differences are counted across it)"
-    )
+@dataclass
+class Placed:
+    """States as partials on one grid of units (:func:`placed`): in order, and for
+    time ranges which state starts a range at a position and the time there (of
+    each range's first and last step)."""
+
+    states: list[State]
+    partials: list[Partial]
+    starts: dict[int, State] = field(default_factory=dict)
+    ends: dict[int, State] = field(default_factory=dict)
+    time: dict[int, Any] = field(default_factory=dict)
 
 
-def check_next(prev: State, nxt: State, allow_gap: bool, verb: str) -> bool:
-    """Refuse what cannot follow ``prev``; True when the ranges are adjacent."""
-    a, b = prev.coverage, nxt.coverage
-    step = _check_axis(prev, nxt, verb)
-    if b.first <= a.last:
-        raise WxstatsError(
-            f"{nxt.name}: overlaps {prev.name}: {b.text} vs {a.text}; each time step may be "
-            "counted once: give only data after the state's last time"
-        )
-    if step is None or not _next_step(a, b.first, step):
-        if not allow_gap:
-            raise _gap(nxt, prev, b.first, a.last, step)
-        if min(a.n, b.n) < prev.reach:
-            raise WxstatsError(
-                f"{nxt.name}: cannot join across a gap a range shorter than the largest "
-                f"difference step ({prev.reach})"
-            )
-        return False
-    return True
-
-
-def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
-    """One state of disjoint ``states`` (any order), as one run over all of them:
-    their partials merged (:meth:`~wxstats.core.partial.Partial.merge`, with the
-    seams' differences where time ranges meet). Refused before anything is
-    written: other data, a unit counted twice, a gap unless allowed."""
-    if all(isinstance(s.coverage, TimeCoverage) for s in states):  # compared in time order
+def placed(states: list[State], allow_gap: bool, verb: str) -> Placed:
+    """``states`` placed as partials, refused before any sum is added: other data,
+    another time axis or step, times off the grid of steps, a unit counted twice,
+    a gap unless allowed (or inside a state's own gap). The one rule of
+    :func:`combine` and of an update's check before it reads the data (a state
+    of the new data without sums: :meth:`Growth.check`)."""
+    if isinstance(states[0].coverage, SampleCoverage):
+        states = sorted(states, key=lambda s: s.coverage.samples[0])
+    else:
         states = sorted(states, key=lambda s: s.coverage.first)
     first = states[0]
     for other in states[1:]:
         refuse_mismatch(first, other.identity, other.name, verb)
-    if isinstance(first.coverage, SampleCoverage):
-        return _combine_samples(states)
-    return _combine_ranges(states, allow_gap, verb)
-
-
-def _merged(states: list[State], partials: list[Partial], seam: Seam | None = None) -> Partial:
-    """The partials merged, a unit counted twice refused naming both states."""
+    if isinstance(first.coverage, SampleCoverage):  # no difference crosses two samples
+        out = Placed(states, [s.partial() for s in states])
+    else:
+        out = _on_grid(states, verb)
     for i, j in combinations(range(len(states)), 2):
-        shared = partials[i].coverage.overlap(partials[j].coverage)
+        shared = out.partials[i].coverage.overlap(out.partials[j].coverage)
         if shared is not None:
             a, b = states[i], states[j]
             what = f"both count sample {shared[0]} (" if shared[0] != TIME else ""
@@ -174,43 +142,27 @@ def _merged(states: list[State], partials: list[Partial], seam: Seam | None = No
                 f"{b.name}: overlaps {a.name}: {what}{b.coverage.text} vs {a.coverage.text}"
                 f"{')' if what else ''}; each {unit} may be counted once"
             )
-    return reduce(lambda x, y: x.merge(y, seam), partials)
+    for b, c in _gaps(out):
+        after, before = out.time[c], out.time[b - 1]
+        inside = any(s.coverage.first < after and s.coverage.last > before for s in states)
+        if not (allow_gap or inside):
+            raise _gap(out.starts[c], out.ends[b], after, before, _step(states))
+    return out
 
 
-def _combine_samples(states: list[State]) -> State:
-    """Sets of samples: no difference crosses two samples, so their sums add."""
-    total = _merged(states, [s.partial() for s in states])
-    ordered = sorted(states, key=lambda s: s.coverage.samples[0])
-    return State(
-        identity=states[0].identity,
-        specs=states[0].specs,
-        coverage=SampleCoverage(tuple(total.coverage.ranges)),
-        acc=total.sums,
-        datasets=[d for s in ordered for d in s.datasets],
-        attrs=dict(ordered[0].attrs),
-        path=states[0].path,
-    )
+def _step(states: list[State]) -> int | float | None:
+    """The time step of the first state with more than one step."""
+    return next((s.coverage.step for s in states if s.coverage.step is not None), None)
 
 
-def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
-    """Time ranges: placed on one grid of time steps (:meth:`State.partial`),
-    merged with a seam where two meet (a state may fill another's gap); a gap
-    elsewhere is refused unless allowed or inside a state's own gap."""
-    ordered = sorted(states, key=lambda s: s.coverage.first)
+def _on_grid(ordered: list[State], verb: str) -> Placed:
+    """Time ranges on one grid of time steps from the earliest time (each range
+    with its edges: :meth:`State.partial`)."""
     first = ordered[0]
-    static = first.static_streams
     ruler = first  # the first state with a time step (more than one step) gives it
     for other in ordered[1:]:
         _check_axis(ruler, other, verb)
         ruler = ruler if ruler.coverage.step is not None else other
-        for name in static:
-            if not np.array_equal(
-                np.concatenate(_packed(first.acc, name)), np.concatenate(_packed(other.acc, name))
-            ):
-                raise WxstatsError(
-                    f"{other.name}: the static variable {name.split('__')[0]} differs from "
-                    f"{first.name}'s; a static field must be the same in every range"
-                )
     cov, step = first.coverage, ruler.coverage.step
     singles = sorted({s.coverage.first for s in ordered})  # no step: one step each
 
@@ -225,33 +177,82 @@ def _combine_ranges(states: list[State], allow_gap: bool, verb: str) -> State:
             )
         return int(np.rint((value - cov.first) / step))
 
-    partials, starts, ends, time = [], {}, {}, {}
+    out = Placed(ordered, [])
     for state in ordered:
         part = state.partial(lambda v, s=state: place(s, v))
-        if state is not first:  # a static field is counted once
-            part.sums = _time_streams(part.sums, static)
-        partials.append(part)
-        for (a, b), span in zip(part.coverage.ranges[TIME], spans(state), strict=True):
-            starts[a], ends[b], time[a], time[b - 1] = state, state, span.first, span.last
+        out.partials.append(part)
+        for (a, b), (first_time, last_time, _) in zip(
+            part.coverage.ranges[TIME], state.coverage.spans, strict=True
+        ):
+            out.starts[a], out.ends[b] = state, state
+            out.time[a], out.time[b - 1] = first_time, last_time
+    return out
 
-    def seam_at(series: str, at: int, tail: Edges, head: Edges) -> RunMoments:
-        where = f"{starts[at].name}: the differences across {cov.label(time[at])}"
-        return seam(first, tail, head, time[at - 1], time[at], where)
 
-    total = _merged(ordered, partials, seam_at)
+def _gaps(at: Placed) -> list[tuple[int, int]]:
+    """Where the placed ranges leave steps out: ``(end, next start)`` positions."""
+    if not at.time:
+        return []
+    ranges = reduce(Coverage.union, (p.coverage for p in at.partials)).ranges[TIME]
+    return [(b, c) for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True)]
+
+
+def _gap(later: State, earlier: State, first: Any, last: Any, step: Any) -> WxstatsError:
+    """``later`` starts at ``first``, not the step after ``earlier``'s ``last``."""
+    cov = earlier.coverage
+    expected = cov.label(last + step) if step is not None else "the next time step"
+    return WxstatsError(
+        f"{later.name}: leaves a gap after {earlier.name}: it starts at {cov.label(first)}, "
+        f"the next time step is {expected}; pass --allow-gap to accept a gap (no "
+        "differences are counted across it)"
+    )
+
+
+def combine(states: list[State], allow_gap: bool = False, verb: str = "merge with") -> State:
+    """One state of disjoint ``states`` (any order), as one run over all of them:
+    their partials merged (:meth:`~wxstats.core.partial.Partial.merge`, with the
+    seams' differences where time ranges meet). Refused before anything is
+    written: what :func:`placed` refuses, a static field that differs."""
+    at = placed(states, allow_gap, verb)
+    ordered, first = at.states, at.states[0]
+    if isinstance(first.coverage, SampleCoverage):
+        total = reduce(Partial.merge, at.partials)
+        return State(
+            identity=first.identity,
+            specs=first.specs,
+            coverage=SampleCoverage(tuple(total.coverage.ranges)),
+            acc=total.sums,
+            datasets=[d for s in ordered for d in s.datasets],
+            attrs=dict(first.attrs),
+            path=first.path,
+        )
+    static = first.static_streams
+    for other, part in zip(ordered[1:], at.partials[1:], strict=True):
+        for name in static:
+            if not np.array_equal(
+                np.concatenate(_packed(first.acc, name)), np.concatenate(_packed(other.acc, name))
+            ):
+                raise WxstatsError(
+                    f"{other.name}: the static variable {name.split('__')[0]} differs from "
+                    f"{first.name}'s; a static field must be the same in every range"
+                )
+        part.sums = _time_streams(part.sums, static)  # a static field is counted once
+    cov, time = first.coverage, at.time
+
+    def seam_at(series: str, pos: int, tail: Edges, head: Edges) -> RunMoments:
+        where = f"{at.starts[pos].name}: the differences across {cov.label(time[pos])}"
+        return seam(first, tail, head, time[pos - 1], time[pos], where)
+
+    total = reduce(lambda x, y: x.merge(y, seam_at), at.partials)
     ranges = total.coverage.ranges[TIME]
-    gaps = [(b, c) for (_, b), (c, _) in zip(ranges[:-1], ranges[1:], strict=True)]
-    for b, c in gaps:
-        inside = any(s.coverage.first < time[c] and s.coverage.last > time[b - 1] for s in ordered)
-        if not (allow_gap or inside):
-            raise _gap(starts[c], ends[b], time[c], time[b - 1], step)
+    gaps = _gaps(at)
     joined = [[time[a], time[b - 1], b - a] for a, b in ranges]
     n = sum(r[2] for r in joined)
     return State(
         identity=first.identity,
         specs=first.specs,
         coverage=TimeCoverage(
-            cov.dtype, joined[0][0], joined[-1][1], n, step, joined if gaps else None
+            cov.dtype, joined[0][0], joined[-1][1], n, _step(ordered), joined if gaps else None
         ),
         acc=total.sums,
         head={
@@ -310,38 +311,25 @@ class Growth:
         return Growth(options.state, base, bool(options.allow_gap))
 
     def check(self, source: Source, skipna: bool) -> None:
-        """Refuse, before any data is read, what cannot become a state or grow one."""
+        """Refuse, before any data is read, what cannot become a state or grow one:
+        the state and the new data (a state without sums) as :func:`combine`
+        places them, so an update takes whatever a merge of their states takes."""
         # that the data can have a state: the pre-flight (runtime/targets.py) refused before
         base, name = self.base, source_name(source)
-        if base is not None:
-            kind = base.identity["kind"]  # a kind covered alike: its identity differs below
-            if type(base.coverage) is not COVERAGES.get(source.capabilities.state):
-                raise WxstatsError(
-                    f"{name}: cannot update {base.name}: kind of data {source.kind}, the "
-                    f"state's {kind}"
-                )
-            base.coverage.leave_out(source, base.name)  # before the samples are counted
         identity = identity_of(source, skipna)
-        if base is not None:
-            refuse_mismatch(base, identity, name, "update")
-            if isinstance(base.coverage, TimeCoverage):
-                self._check_times(source, identity)
-
-    def _check_times(self, source: TimeAxisSource, identity: dict[str, Any]) -> None:
-        """New time steps must follow the state's (earlier ones: merge)."""
-        coverage = coverage_of(source)
-        if self.base is not None:
-            preview = State(identity, source.streams, coverage, self.base.acc, path=source.path)
-            base = self.base.coverage
-            if coverage.dtype == base.dtype and coverage.last < base.first:
-                raise WxstatsError(
-                    f"{source.path}: ends at {coverage.label(coverage.last)}, before "
-                    f"{self.base.name} ({base.text}); update adds later data "
-                    "(compute a state of it and merge the states to join earlier ranges)"
-                )
-            check_next(self.base, preview, self.allow_gap, "update")
-            if source.splits[0].start > 0:  # the data holds the state's times too
-                self._check_tail(source)
+        if base is None:
+            return
+        if type(base.coverage) is not COVERAGES.get(source.capabilities.state):
+            raise WxstatsError(
+                f"{name}: cannot update {base.name}: kind of data {source.kind}, the "
+                f"state's {base.identity['kind']}"
+            )
+        base.coverage.leave_out(source, base.name)  # before the samples are counted
+        refuse_mismatch(base, identity, name, "update")
+        new = State(identity, source.streams, coverage_of(source), RunMoments({}), path=name)
+        placed([base, new], self.allow_gap, "update")
+        if isinstance(base.coverage, TimeCoverage) and source.splits[0].start > 0:
+            self._check_tail(source)  # the data holds the state's times too
 
     def _check_tail(self, source: TimeAxisSource) -> None:
         """``update --only-new`` on data that holds the state's times too: its
@@ -349,8 +337,8 @@ class Growth:
         (else the old part changed and the state no longer describes it)."""
         base = self.base
         start = source.splits[0].start
-        last = spans(base)[-1].tail  # the edges of the state's last range
-        n = next(iter(last.values())).shape[0] if last else 0
+        n = min(base.reach, int(base.coverage.spans[-1][2])) if base.tail else 0
+        last = {v: e[len(e) - n :] for v, e in base.tail.items()}  # of the last range
         cov = base.coverage
         found = TimeCoverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
@@ -378,9 +366,6 @@ class Growth:
             return acc.extract(source.streams, source.kind)
         self.result = combine([self.base, new], self.allow_gap, "update")
         return state_stats(self.result)
-
-    def paths(self) -> list[Path]:
-        return [Path(self.output)] if self.output is not None else []
 
     def writers(self) -> dict[Path, Writer]:
         if self.output is None or self.result is None:

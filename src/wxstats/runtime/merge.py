@@ -29,6 +29,7 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths, neurallam_set
 from wxstats.runtime.state import State, TimeCoverage
 from wxstats.runtime.targets import refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
@@ -140,8 +141,10 @@ def merge_states(
             raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
         if not _neurallam(first):  # beside the state and named after it
             output = state.with_suffix(".stats.nc")
-    sets = _neurallam_set(first, output_dir, None, level_weights, min_std)
-    planned = [Path(p) for p in (output, summary, state) if p is not None] + list(sets)
+    planned = [Path(p) for p in (output, summary, state) if p is not None]
+    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
+        check_neurallam(min_std)
+        planned += neurallam_paths(Path(output_dir))
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
     prepared = prepare_all(dict.fromkeys(planned), overwrite)
@@ -157,7 +160,8 @@ def merge_states(
             "host": socket.gethostname(),
         }
         writers = _writers(stats, total, output, summary, state)
-        writers.update(_neurallam_set(first, output_dir, stats, level_weights, min_std))
+        if output_dir is not None:
+            writers.update(_neurallam_set(first, output_dir, stats, level_weights, min_std))
         prepared.commit(writers)
     finally:
         prepared.discard()  # a refused merge leaves no temporary file or new folder
@@ -175,25 +179,20 @@ def _read_states(paths: list[Path]) -> list[State]:
 
 def _neurallam_set(
     state: State,
-    folder: Path | None,
-    stats: Stats | None,
+    folder: Path,
+    stats: Stats,
     level_weights: dict[str, float] | None,
     min_std: float | None,
-) -> dict[Path, Any]:
-    """neural-lam's files of MEPS states in ``folder`` (none without it); their
-    step, flux stream and levels from the state, as the datastore gave them."""
-    if folder is None:
-        return {}
-    from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths, neurallam_set
+) -> dict[Path, Writer]:
+    """neural-lam's files of MEPS states in ``folder``; their step, flux stream
+    and levels from the state, as the datastore gave them."""
     from wxstats.sources.meps import levels_of
 
     spec = next(s for s in state.specs if s.diff_steps)
     step = int(state.identity["diff_steps"][0])
-    levels = levels_of(spec.long_names)
-    if stats is None:
-        check_neurallam(min_std)
-        return dict.fromkeys(neurallam_paths(Path(folder)))
-    return neurallam_set(Path(folder), stats, step, levels, level_weights, min_std)
+    return neurallam_set(
+        Path(folder), stats, step, levels_of(spec.long_names), level_weights, min_std
+    )
 
 
 def _writers(

@@ -50,7 +50,7 @@ class Plan:
 
     todo: list[int] = field(default_factory=list)
     partial: dict[int, Steps] = field(default_factory=dict)
-    adds: dict[int, Steps] = field(default_factory=dict)
+    adds: dict[int, Coverage] = field(default_factory=dict)
     skipped: int = 0
 
 
@@ -68,18 +68,17 @@ def plan(source: Source, done: Coverage) -> Plan:
             out.skipped += 1
             continue
         out.todo.append(index)
-        out.adds[index] = {unit: list(ranges) for unit, ranges in adds.ranges.items()}
+        out.adds[index] = adds
         if adds != wants:
-            out.partial[index] = out.adds[index]
+            out.partial[index] = {unit: list(ranges) for unit, ranges in adds.ranges.items()}
     return out
 
 
 class Resumable:
     """One rank's use of a checkpoint folder during a run (see module docstring).
 
-    ``world`` (a :class:`~wxstats.parallel.job.World`) shares rank 0's list
-    of finished samples with the other ranks.
-    """
+    ``world`` (a :class:`~wxstats.parallel.job.World`) shares the time steps
+    rank 0 found done with the other ranks."""
 
     def __init__(
         self,
@@ -98,7 +97,7 @@ class Resumable:
         self._checkpoint: Checkpoint | None = None
         self._acc: RunMoments | None = None
         self._done = Coverage()
-        self._adds: dict[int, Steps] = {}
+        self._adds: dict[int, Coverage] = {}
         self.partial: dict[int, Steps] = {}
         """Samples to sum over some of their steps only (see :func:`plan`)."""
         self._count = 0
@@ -149,10 +148,7 @@ class Resumable:
         self._acc, self._last_save = acc, self.clock()
 
         def after_sample(index: int) -> None:
-            adds = self._adds.get(index, {})
-            self._done = self._done.union(
-                Coverage.of((unit, a, b) for unit, ranges in adds.items() for a, b in ranges)
-            )
+            self._done = self._done.union(self._adds.get(index, Coverage()))
             self._count += 1
             if self._signal is not None:
                 self.save()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +90,16 @@ class TimeCoverage:
                 f"({names}); give one --split"
             )
         split = source.splits[0]
-        return TimeCoverage.of_times(source.times[split.start : split.stop], source.path)
+        times = source.times[split.start : split.stop]
+        if times.dtype.kind not in "Miuf":
+            raise WxstatsError(
+                f"{source.path}: a statistics state needs a datetime64 or numeric time axis "
+                f"(this one holds {times.dtype} values, e.g. cftime dates)"
+            )
+        dtype = "datetime64[ns]" if times.dtype.kind == "M" else times.dtype.str
+        items = [v.item() for v in TimeCoverage.values_of(times)]
+        step = items[1] - items[0] if len(items) > 1 else None
+        return TimeCoverage(dtype, items[0], items[-1], len(items), step)
 
     def edges(self, source: TimeAxisSource, reach: int) -> tuple[dict[str, np.ndarray], ...]:
         """The first and last ``reach`` steps of the run's split (read now)."""
@@ -106,22 +115,6 @@ class TimeCoverage:
         if times.dtype.kind == "M":
             return times.astype("datetime64[ns]").astype(np.int64)
         return times
-
-    @staticmethod
-    def of_times(times: np.ndarray, where: str) -> TimeCoverage:
-        values = TimeCoverage.values_of(times)
-        if times.dtype.kind == "M":
-            dtype = "datetime64[ns]"
-        elif times.dtype.kind in "iuf":
-            dtype = times.dtype.str
-        else:
-            raise WxstatsError(
-                f"{where}: a statistics state needs a datetime64 or numeric time axis "
-                f"(this one holds {times.dtype} values, e.g. cftime dates)"
-            )
-        items = [v.item() for v in values]
-        step = items[1] - items[0] if len(items) > 1 else None
-        return TimeCoverage(dtype, items[0], items[-1], len(items), step)
 
 
 @dataclass(frozen=True)
@@ -324,11 +317,14 @@ class State:
             units = Units({name: ((0, 1),) for name in self.coverage.samples})
             return Partial(self.acc, units, self.identity)
         assert place is not None
-        heads, tails, ranges = {}, {}, []
-        for span in spans(self):
-            a = place(span.first)
-            heads[(TIME, a)], tails[(TIME, a + span.n)] = span.head, span.tail
-            ranges.append((a, a + span.n))
+        heads, tails, ranges, at = {}, {}, [], 0
+        for first, _, n in self.coverage.spans:
+            a = place(first)
+            b, m = a + int(n), min(self.reach, int(n))
+            heads[(TIME, a)] = {v: e[at : at + m] for v, e in self.head.items()}
+            tails[(TIME, b)] = {v: e[at : at + m] for v, e in self.tail.items()}
+            ranges.append((a, b))
+            at += m
         return Partial(
             self.acc, Units({TIME: tuple(ranges)}), self.identity, self.reach, heads, tails
         )
@@ -384,27 +380,6 @@ class State:
                 f"{path}: not a usable wxstats state file (its contents do not fit together: "
                 f"{exc}); nothing was written"
             ) from None
-
-
-class Span(NamedTuple):
-    """One contiguous range of a time coverage with its edge steps."""
-
-    first: int | float
-    last: int | float
-    n: int
-    head: dict[str, np.ndarray]
-    tail: dict[str, np.ndarray]
-
-
-def spans(state: State) -> list[Span]:
-    """The contiguous ranges of ``state``, each with its own edges."""
-    out, at = [], 0
-    for first, last, n in state.coverage.spans:
-        m = min(state.reach, int(n))
-        edges = [{v: e[at : at + m] for v, e in side.items()} for side in (state.head, state.tail)]
-        out.append(Span(first, last, int(n), *edges))
-        at += m
-    return out
 
 
 # -- what a source is, for a state -----------------------------------------------------
