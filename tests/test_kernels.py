@@ -3,12 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import fixed
+from reference import block_sums_numpy, fixed
 from wxstats.core.kernels import (
     GRID_CHUNK,
     Block,
     block_sums,
-    block_sums_numpy,
     lanes_per_channel,
 )
 

@@ -56,38 +56,33 @@ class StreamMoments:
         group). Raises :class:`NonFiniteSums`, before changing anything, when a
         step's sum is not finite; its features count from ``at``."""
         steps = sorted(self.diffs)
-        refs = sums.refs
-        parts = [(sums.step_count, sums.step_sum1, sums.step_sum2, refs.shift, refs.scale)]
-        parts += [
-            (
-                sums.diff_step_count[k],
-                sums.diff_step_sum1[k],
-                sums.diff_step_sum2[k],
-                refs.diff_shift[k],
-                refs.diff_scale[k],
-            )
-            for k in steps
-        ]
-        bad = sorted(
-            {
-                f
-                for count, a, b, _, _ in parts
-                for f in np.flatnonzero(((count > 0) & ~(np.isfinite(a) & np.isfinite(b))).any(0))
-            }
-        )
+        if tuple(steps) != sums.lags:
+            raise ValueError(f"block sums of lags {sums.lags} for a stream of steps {steps}")
+        if self.values.weighted != sums.weighted:
+            raise ValueError("weighted and unweighted sums do not mix")
+        count, s1, s2 = sums.of("count"), sums.of("sum1"), sums.of("sum2")
+        finite = np.isfinite(s1) & np.isfinite(s2)
+        bad = sorted({int(f) for f in np.flatnonzero(((count > 0) & ~finite).any(axis=(0, 1)))})
         if bad:
-            raise NonFiniteSums([at + int(f) for f in bad])
-        weights: list[np.ndarray | None] = [None] * len(parts)
-        if self.values.weighted:
-            if sums.step_weight is None:
-                raise ValueError("a weighted stream was given unweighted block sums")
-            weights = [sums.step_weight] + [sums.diff_step_weight[k] for k in steps]
-        extremes = [(sums.minimum, sums.maximum, sums.nan_count)]
-        extremes += [(sums.diff_minimum.get(k), sums.diff_maximum.get(k), None) for k in steps]
-        for moments, (count, s1, s2, shift, scale), (low, high, nans), w in zip(
-            self.parts(), parts, extremes, weights, strict=True
-        ):
-            moments.add(count, s1, s2, shift, scale, low, high, nans, at, w)
+            raise NonFiniteSums([at + f for f in bad])
+        refs = sums.refs
+        shifts = [refs.shift] + [refs.diff_shift[k] for k in steps]
+        scales = [refs.scale] + [refs.diff_scale[k] for k in steps]
+        weight = sums.of("weight") if sums.weighted else None
+        low, high, nans = sums.of("minimum"), sums.of("maximum"), sums.of("nan_count")
+        for p, moments in enumerate(self.parts()):
+            moments.add(
+                count[p],
+                s1[p],
+                s2[p],
+                shifts[p],
+                scales[p],
+                low[p],
+                high[p],
+                nans[p] if p == 0 else None,
+                at,
+                None if weight is None else weight[p],
+            )
 
     def merge(self, other: StreamMoments) -> None:
         """Add ``other`` into ``self``; refused, with ``self`` unchanged, when
