@@ -9,7 +9,8 @@ See the :mod:`wxstats.core.kernels` docstring for the summation structure.
 from __future__ import annotations
 
 import numpy as np
-from numba import literally, njit
+from numba import njit, types
+from numba.extending import overload
 
 from wxstats.core._lanes_numba import extreme_lanes, lane_sums
 from wxstats.core.reduction import slot
@@ -53,54 +54,64 @@ def _reset(l1, l2, lmn, lmx):
     lmx[:] = -np.inf
 
 
-@njit(**_OPTS)
-def _lanes(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-           diffs, checked):  # fmt: skip
-    # one chunk of one time step into lanes zeroed here, weighted when wl is not empty;
-    # diffs, checked: literal constants (one specialization of the template each)
-    literally(diffs)
-    literally(checked)
-    _reset(l1, l2, lmn, lmx)
-    l0[:] = 0.0
-    if checked:
+def chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+               c1, c2, n_c, diffs):  # fmt: skip
+    """One chunk of one time step (its values, or with ``diffs`` its differences
+    ``x - xk``) into lanes zeroed here and folded into ``c1``/``c2``: the fast path,
+    and the checked one when a sum is not finite; returns whether it was checked.
+    ``diffs`` is a literal constant (a specialization each)."""
+    raise NotImplementedError("compiled only: see the overload below")
+
+
+@overload(chunk_sums, prefer_literal=True, jit_options=_OPTS)
+def _chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+                c1, c2, n_c, diffs):  # fmt: skip
+    if not isinstance(diffs, types.BooleanLiteral):
+        return None
+    DIFFS = bool(diffs.literal_value)
+
+    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+             c1, c2, n_c, diffs):  # fmt: skip
+        _reset(l1, l2, lmn, lmx)
+        l0[:] = 0.0
+        if wl.shape[0] > 0:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, False, True)  # fmt: skip
+        else:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, False, False)  # fmt: skip
+        ok = fold(l1, n_c, c1)
+        ok = fold(l2, n_c, c2) and ok
+        if ok:
+            return False
+        _reset(l1, l2, lmn, lmx)
+        l0[:] = 0.0
         lcnt[:] = 0
         lnan[:] = 0
         linf[:] = 0
-    if wl.shape[0] > 0:
-        lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-                  diffs, checked, True)  # fmt: skip
-    else:
-        lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-                  diffs, checked, False)  # fmt: skip
+        if wl.shape[0] > 0:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, True, True)  # fmt: skip
+        else:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, True, False)  # fmt: skip
+        fold(l1, n_c, c1)
+        fold(l2, n_c, c2)
+        return True
+
+    return impl
 
 
 @njit(**_OPTS)
-def _chunk(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf, c1,
-           c2, n_c, diffs):  # fmt: skip
-    # the fast path, and the checked one when a sum is not finite; True if checked
-    literally(diffs)
-    _lanes(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-           diffs, False)  # fmt: skip
-    ok = fold(l1, n_c, c1)
-    ok = fold(l2, n_c, c2) and ok
-    if ok:
-        return False
-    _lanes(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-           diffs, True)  # fmt: skip
-    fold(l1, n_c, c1)
-    fold(l2, n_c, c2)
-    return True
-
-
-@njit(**_OPTS)
-def kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, totals_float,
+def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
            totals_int):  # fmt: skip
     # Parts p: 0 the values, 1 + s the differences of lag lags[s]; ranges (parts, 2): the
     # steps t counted [t0, t1); refs (parts, 3, n_t, lanes): per step t (each its own
     # reference) the shift, 1/scale and -shift/scale per lane (see _lanes_numba.scaled).
     # Outputs (wxstats.core.reduction.kernel_arrays, at their identities): steps_* (parts,
-    # slots, n_t, n_c), totals_* (parts, slots, n_c); the weights are summed only when w,
-    # the weight per grid point, is not empty.
+    # slots, n_t, n_c), totals_* (parts, slots, groups, n_c), step t's totals going to its
+    # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
+    # when w, the weight per grid point, is not empty.
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
@@ -134,23 +145,24 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, tota
                 if t < ranges[p, 0] or t >= ranges[p, 1]:
                     continue
                 sh, iv, pq = refs[p, 0, t], refs[p, 1, t], refs[p, 2, t]
+                g = by[t]
                 if p == 0:
-                    checked = _chunk(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn, vmx,
-                                     lcnt, lnan, linf, c1, c2, n_c, False)  # fmt: skip
-                    fold_extremes(vmn, vmx, n_c, totals_float[p, _MIN], totals_float[p, _MAX])
+                    checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn,
+                                         vmx, lcnt, lnan, linf, c1, c2, n_c, False)  # fmt: skip
+                    fold_extremes(vmn, vmx, n_c, totals_float[p, _MIN, g], totals_float[p, _MAX, g])
                 else:
                     xk = a[t - lags[p - 1]]
-                    checked = _chunk(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx,
-                                     lcnt, lnan, linf, c1, c2, n_c, True)  # fmt: skip
-                    fold_extremes(lmn, lmx, n_c, totals_float[p, _MIN], totals_float[p, _MAX])
+                    checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn,
+                                         lmx, lcnt, lnan, linf, c1, c2, n_c, True)  # fmt: skip
+                    fold_extremes(lmn, lmx, n_c, totals_float[p, _MIN, g], totals_float[p, _MAX, g])
                 out = steps_float[p]
                 if checked:
                     for j in range(lanes):
                         c = j % n_c
                         steps_int[p, _COUNT, t, c] += lcnt[j]
                         if p == 0:
-                            totals_int[p, _NAN, c] += lnan[j]
-                            totals_int[p, _INF, c] += linf[j]
+                            totals_int[p, _NAN, g, c] += lnan[j]
+                            totals_int[p, _INF, g, c] += linf[j]
                 else:
                     for c in range(n_c):
                         steps_int[p, _COUNT, t, c] += n_here

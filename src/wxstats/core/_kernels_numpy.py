@@ -73,17 +73,17 @@ def _per_channel(counts: np.ndarray, n_c: int) -> np.ndarray:
     return counts.reshape(-1, n_c).sum(axis=0)
 
 
-def kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, totals_float,
+def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
            totals_int):  # fmt: skip
     """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring);
     ``refs[:, 2]`` (the compiled kernel's fused form of the scaling) is not needed:
     ``(v - p) * q`` here gives the same bits."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: the caller's to handle
-        _kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, totals_float,
+        _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
                 totals_int)  # fmt: skip
 
 
-def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, totals_float,
+def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
             totals_int):  # fmt: skip
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
@@ -102,13 +102,14 @@ def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, steps_float, steps_int, tot
                 l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(
                     v, wl, lanes, refs[p, 0, t], refs[p, 1, t]
                 )
+                g = by[t]
                 steps_int[p, _COUNT, t] += _per_channel(lcnt, n_c)
                 if p == 0:  # NaN and Inf are told apart for the values only
-                    totals_int[p, _NAN] += _per_channel(lnan, n_c)
-                    totals_int[p, _INF] += _per_channel(linf, n_c)
+                    totals_int[p, _NAN, g] += _per_channel(lnan, n_c)
+                    totals_int[p, _INF, g] += _per_channel(linf, n_c)
                 if weighted:
                     steps_float[p, _WEIGHT, t] += _fold(l0, n_c)
                 steps_float[p, _SUM1, t] += _fold(l1, n_c)
                 steps_float[p, _SUM2, t] += _fold(l2, n_c)
-                _fold_extreme(lmn, n_c, totals_float[p, _MIN], True)
-                _fold_extreme(lmx, n_c, totals_float[p, _MAX], False)
+                _fold_extreme(lmn, n_c, totals_float[p, _MIN, g], True)
+                _fold_extreme(lmx, n_c, totals_float[p, _MAX, g], False)

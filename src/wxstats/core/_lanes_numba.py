@@ -139,14 +139,15 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
             x1 = x[o + lanes : o + 2 * lanes]
             x2 = x[o + 2 * lanes : o + 3 * lanes]
             x3 = x[o + 3 * lanes : o + 4 * lanes]
-            k0 = xk[o : o + lanes]
-            k1 = xk[o + lanes : o + 2 * lanes]
-            k2 = xk[o + 2 * lanes : o + 3 * lanes]
-            k3 = xk[o + 3 * lanes : o + 4 * lanes]
-            w0 = wl[ow : ow + lanes]
-            w1 = wl[ow + lanes : ow + 2 * lanes]
-            w2 = wl[ow + 2 * lanes : ow + 3 * lanes]
-            w3 = wl[ow + 3 * lanes : ow + 4 * lanes]
+            # views only where used (each costs a reference count, per four rows)
+            k0 = xk[o : o + lanes] if DIFFS else x0
+            k1 = xk[o + lanes : o + 2 * lanes] if DIFFS else x0
+            k2 = xk[o + 2 * lanes : o + 3 * lanes] if DIFFS else x0
+            k3 = xk[o + 3 * lanes : o + 4 * lanes] if DIFFS else x0
+            w0 = wl[ow : ow + lanes] if WEIGHTED else sh
+            w1 = wl[ow + lanes : ow + 2 * lanes] if WEIGHTED else sh
+            w2 = wl[ow + 2 * lanes : ow + 3 * lanes] if WEIGHTED else sh
+            w3 = wl[ow + 3 * lanes : ow + 4 * lanes] if WEIGHTED else sh
             for j in range(lanes):
                 p = sh[j]
                 q = iv[j]
@@ -174,8 +175,8 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
             ow = r * lanes
             width = min(lanes, n - ow)
             xr = x[o : o + width]
-            kr = xk[o : o + width]
-            wr = wl[ow : ow + width]
+            kr = xk[o : o + width] if DIFFS else xr
+            wr = wl[ow : ow + width] if WEIGHTED else sh
             for j in range(width):
                 t0 = s0[j] if WEIGHTED else 0.0
                 t0, t1, t2, lo, hi = one(xr, kr, wr, j, sh[j], iv[j], pq[j], t0, s1[j], s2[j],

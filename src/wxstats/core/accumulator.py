@@ -52,37 +52,45 @@ class StreamMoments:
         )
 
     def add(self, sums: BlockSums, at: int = 0) -> None:
-        """Add a block's per-step sums (to features from ``at``: a climatology's
-        group). Raises :class:`NonFiniteSums`, before changing anything, when a
-        step's sum is not finite; its features count from ``at``."""
+        """Add a block's per-step sums to features from ``at`` (a block with groups,
+        a climatology: each step to its group ``g``'s features, from ``at + g * F``).
+        Raises :class:`NonFiniteSums`, before changing anything, when a step's sum
+        is not finite; its features count from ``at``."""
         steps = sorted(self.diffs)
         if tuple(steps) != sums.lags:
             raise ValueError(f"block sums of lags {sums.lags} for a stream of steps {steps}")
         if self.values.weighted != sums.weighted:
             raise ValueError("weighted and unweighted sums do not mix")
         count, s1, s2 = sums.of("count"), sums.of("sum1"), sums.of("sum2")
-        finite = np.isfinite(s1) & np.isfinite(s2)
-        bad = sorted({int(f) for f in np.flatnonzero(((count > 0) & ~finite).any(axis=(0, 1)))})
-        if bad:
-            raise NonFiniteSums([at + f for f in bad])
+        n_f = count.shape[-1]
+        codes = np.zeros(count.shape[1], dtype=np.int64) if sums.groups is None else sums.groups
+        bad = (count > 0) & ~(np.isfinite(s1) & np.isfinite(s2))  # (parts, T, F)
+        where = np.flatnonzero(bad.any(axis=0).ravel())
+        if where.size:
+            t, f = np.divmod(where, n_f)
+            raise NonFiniteSums(sorted({int(v) for v in at + codes[t] * n_f + f}))
         refs = sums.refs
         shifts = [refs.shift] + [refs.diff_shift[k] for k in steps]
         scales = [refs.scale] + [refs.diff_scale[k] for k in steps]
         weight = sums.of("weight") if sums.weighted else None
         low, high, nans = sums.of("minimum"), sums.of("maximum"), sums.of("nan_count")
-        for p, moments in enumerate(self.parts()):
-            moments.add(
-                count[p],
-                s1[p],
-                s2[p],
-                shifts[p],
-                scales[p],
-                low[p],
-                high[p],
-                nans[p] if p == 0 else None,
-                at,
-                None if weight is None else weight[p],
-            )
+        if sums.groups is None:  # one group: the totals (parts, F) as (parts, 1, F)
+            low, high, nans = low[:, None], high[:, None], nans[:, None]
+        for g in np.unique(codes[codes >= 0]):
+            rows = codes == g
+            for p, moments in enumerate(self.parts()):
+                moments.add(
+                    count[p][rows],
+                    s1[p][rows],
+                    s2[p][rows],
+                    shifts[p][rows],
+                    scales[p][rows],
+                    low[p, g],
+                    high[p, g],
+                    nans[p, g] if p == 0 else None,
+                    at + int(g) * n_f,
+                    None if weight is None else weight[p][rows],
+                )
 
     def merge(self, other: StreamMoments) -> None:
         """Add ``other`` into ``self``; refused, with ``self`` unchanged, when

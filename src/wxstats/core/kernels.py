@@ -85,6 +85,9 @@ class BlockSums:
     """The shift and scale each step's sums were taken with."""
     weighted: bool = False
     """Whether the weights were summed (``--weights``); else ``step_weight`` is None."""
+    groups: np.ndarray | None = None
+    """int64 (T,): a climatology's group of each step (``Block.groups``); the totals
+    are then per group, (parts, groups, F), and a step's rows belong to its group."""
 
     @staticmethod
     def empty(
@@ -95,9 +98,13 @@ class BlockSums:
         return BlockSums(tuple(sorted(lags)), arrays, refs, weighted)
 
     def of(self, name: str) -> np.ndarray:
-        """Quantity ``name`` of every part: (parts, T, F) per step, else (parts, F)."""
+        """Quantity ``name`` of every part: (parts, T, F) per step, else (parts, F),
+        or (parts, groups, F) for a block with groups."""
         array, i = reduction.slot(name)
-        return self.arrays[array][:, i]
+        values = self.arrays[array][:, i]
+        if self.groups is None and not reduction.BY_NAME[name].per_step:
+            return values[:, 0]
+        return values
 
     @property
     def count(self) -> np.ndarray:
@@ -345,11 +352,17 @@ def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
     if weighted and np.shape(block.weights) != (n_g,):
         raise ValueError(f"{np.shape(block.weights)} weights for {n_g} grid points")
     weights = np.asarray(block.weights if weighted else (), dtype=np.float64)
+    by = np.zeros(n_t, dtype=np.int64)
+    if block.groups is not None:
+        by = np.asarray(block.groups, dtype=np.int64).reshape(n_t)
+        if any((by[a:b] < 0).any() for a, b in ranges):
+            raise ValueError("a counted time step without a group")
+    n_groups = max(int(by.max(initial=0)) + 1, 1)
     n_p = 1 + len(lags)
     scaling = np.empty((n_p, 3, n_t, lanes))  # per part: shift, 1/scale, -shift/scale
     scaling[0] = sh, iv, -(sh * iv)
     scaling[1:, 0], scaling[1:, 1], scaling[1:, 2] = dsh, div, -(dsh * div)
-    out = reduction.kernel_arrays(n_p, n_t, n_c)
+    out = reduction.kernel_arrays(n_p, n_t, n_c, n_groups)
     run_kernel(
         array.nbytes,
         array.reshape(n_t, n_g * n_c),
@@ -360,10 +373,12 @@ def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
         np.array(ranges, dtype=np.int64).reshape(n_p, 2),
         scaling,
         weights,
+        np.maximum(by, 0),  # a row without a group (-1) is never counted
         out["steps_float"],
         out["steps_int"],
         out["totals_float"],
         out["totals_int"],
     )
     picked = {name: values[..., channels] for name, values in out.items()}
-    return BlockSums(tuple(lags), picked, refs, weighted)
+    groups = None if block.groups is None else by
+    return BlockSums(tuple(lags), picked, refs, weighted, groups)

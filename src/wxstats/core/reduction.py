@@ -70,7 +70,7 @@ def _array_of(q: Quantity) -> str:
 
 ARRAYS: dict[str, tuple[str, ...]] = {}
 """The kernel's output arrays, by name, each holding these quantities in
-stacked slots: ``steps_*`` (parts, slots, T, C), ``totals_*`` (parts, slots, C)."""
+stacked slots (see :func:`kernel_arrays`)."""
 for _q in QUANTITIES:
     ARRAYS.setdefault(_array_of(_q), ())
     ARRAYS[_array_of(_q)] += (_q.name,)
@@ -82,12 +82,15 @@ def slot(name: str) -> tuple[str, int]:
     return array, ARRAYS[array].index(name)
 
 
-def kernel_arrays(n_parts: int, n_t: int, n_c: int) -> dict[str, np.ndarray]:
-    """The kernel's outputs, each slot at its quantity's identity."""
+def kernel_arrays(n_parts: int, n_t: int, n_c: int, n_groups: int = 1) -> dict[str, np.ndarray]:
+    """The kernel's outputs, each slot at its quantity's identity: ``steps_*``
+    (parts, slots, T, C), ``totals_*`` (parts, slots, groups, C), a total per group
+    of time steps (a climatology's month or hour; one group without)."""
     out = {}
     for array, names in ARRAYS.items():
         first = BY_NAME[names[0]]
-        shape = (n_parts, len(names), n_t, n_c) if first.per_step else (n_parts, len(names), n_c)
+        n = len(names)
+        shape = (n_parts, n, n_t, n_c) if first.per_step else (n_parts, n, n_groups, n_c)
         out[array] = np.empty(shape, dtype=first.dtype)
         for i, name in enumerate(names):
             out[array][:, i] = BY_NAME[name].identity
