@@ -38,12 +38,15 @@ def fold(lane_sum, n_c, out):
 
 
 @njit(**_OPTS)
-def fold_extremes(lmn, lmx, n_c, mn, mx):
-    # lanes -> channels (lane j is channel j % n_c), row by row: no division per lane
+def fold_extremes(lmn, lmx, n_c, totals, p, g):
+    # lanes -> channels (lane j is channel j % n_c), row by row: no division per lane;
+    # into part p's minimum and maximum of group g (indexed here: no views per chunk)
     for r in range(0, lmn.shape[0], n_c):
         for c in range(n_c):
-            mn[c] = lmn[r + c] if lmn[r + c] < mn[c] else mn[c]
-            mx[c] = lmx[r + c] if lmx[r + c] > mx[c] else mx[c]
+            mn = totals[p, _MIN, g, c]
+            mx = totals[p, _MAX, g, c]
+            totals[p, _MIN, g, c] = lmn[r + c] if lmn[r + c] < mn else mn
+            totals[p, _MAX, g, c] = lmx[r + c] if lmx[r + c] > mx else mx
 
 
 @njit(**_OPTS)
@@ -149,13 +152,12 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                 if p == 0:
                     checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn,
                                          vmx, lcnt, lnan, linf, c1, c2, n_c, False)  # fmt: skip
-                    fold_extremes(vmn, vmx, n_c, totals_float[p, _MIN, g], totals_float[p, _MAX, g])
+                    fold_extremes(vmn, vmx, n_c, totals_float, p, g)
                 else:
                     xk = a[t - lags[p - 1]]
                     checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn,
                                          lmx, lcnt, lnan, linf, c1, c2, n_c, True)  # fmt: skip
-                    fold_extremes(lmn, lmx, n_c, totals_float[p, _MIN, g], totals_float[p, _MAX, g])
-                out = steps_float[p]
+                    fold_extremes(lmn, lmx, n_c, totals_float, p, g)
                 if checked:
                     for j in range(lanes):
                         c = j % n_c
@@ -169,7 +171,7 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                 if weighted:
                     fold(l0, n_c, c0)
                     for c in range(n_c):
-                        out[_WEIGHT, t, c] += c0[c]
+                        steps_float[p, _WEIGHT, t, c] += c0[c]
                 for c in range(n_c):
-                    out[_SUM1, t, c] += c1[c]
-                    out[_SUM2, t, c] += c2[c]
+                    steps_float[p, _SUM1, t, c] += c1[c]
+                    steps_float[p, _SUM2, t, c] += c2[c]
