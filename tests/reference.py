@@ -87,3 +87,52 @@ def fixed(block, shift, scale, dshift, dscale):
         {k: rows(v) for k, v in dshift.items()},
         {k: rows(v) for k, v in dscale.items()},
     )
+
+
+def block_sums_numpy(block, refs):
+    """The definitions :func:`wxstats.core.kernels.block_sums` computes, in plain
+    float64 numpy over the whole block (any order: close, not the same bits), with
+    the references ``refs``: the kernel's sums are checked against these."""
+    from wxstats.core.kernels import BlockSums
+
+    lags = sorted(block.diff_ranges)
+    a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)
+    weighted = block.weights is not None
+    w = np.asarray(block.weights if weighted else np.ones(a.shape[1]), dtype=np.float64)
+    w = w[None, :, None]
+    out = BlockSums.empty(a.shape[0], a.shape[2], lags, weighted, refs)
+    t0, t1 = block.value_range
+    values = a[t0:t1]
+    nan = np.isnan(values)
+    inf = np.isinf(values)
+    finite = ~(nan | inf)
+    shift, scale = refs.shift[t0:t1, None, :], refs.scale[t0:t1, None, :]
+    y = np.where(finite, (values - shift) / scale, 0.0)
+    out.step_count[t0:t1] = finite.sum(axis=1)
+    out.step_sum1[t0:t1] = (w * y).sum(axis=1)
+    out.step_sum2[t0:t1] = (w * y * y).sum(axis=1)
+    if weighted:
+        out.step_weight[t0:t1] = np.where(finite, w, 0.0).sum(axis=1)
+    out.nan_count[:] = nan.sum(axis=(0, 1))
+    out.inf_count[:] = inf.sum(axis=(0, 1))
+    if finite.any():
+        out.minimum[:] = np.where(finite, values, np.inf).min(axis=(0, 1))
+        out.maximum[:] = np.where(finite, values, -np.inf).max(axis=(0, 1))
+    for k in lags:
+        d0, d1 = block.diff_ranges[k]
+        d0 = max(d0, k)
+        if d1 <= d0:
+            continue
+        d = a[d0:d1] - a[d0 - k : d1 - k]
+        ok = np.isfinite(d)
+        dshift, dscale = refs.diff_shift[k][d0:d1, None, :], refs.diff_scale[k][d0:d1, None, :]
+        yd = np.where(ok, (d - dshift) / dscale, 0.0)
+        out.diff_step_count[k][d0:d1] = ok.sum(axis=1)
+        out.diff_step_sum1[k][d0:d1] = (w * yd).sum(axis=1)
+        out.diff_step_sum2[k][d0:d1] = (w * yd * yd).sum(axis=1)
+        if weighted:
+            out.diff_step_weight[k][d0:d1] = np.where(ok, w, 0.0).sum(axis=1)
+        if ok.any():
+            out.diff_minimum[k][:] = np.where(ok, d, np.inf).min(axis=(0, 1))
+            out.diff_maximum[k][:] = np.where(ok, d, -np.inf).max(axis=(0, 1))
+    return out

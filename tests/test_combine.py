@@ -116,21 +116,17 @@ def _block(rows1, rows2, diff1=None, diff2=None):
     n_t, n_f = rows1.shape
     lags = [] if diff1 is None else [1]
     ones = np.ones((n_t, n_f))
-    return BlockSums(
-        step_count=np.full((n_t, n_f), 10, dtype=np.int64),
-        step_sum1=rows1,
-        step_sum2=rows2,
-        minimum=np.zeros(n_f),
-        maximum=np.ones(n_f),
-        nan_count=np.zeros(n_f, dtype=np.int64),
-        inf_count=np.zeros(n_f, dtype=np.int64),
-        diff_step_count={k: np.full((n_t, n_f), 9, dtype=np.int64) for k in lags},
-        diff_step_sum1={k: diff1 for k in lags},
-        diff_step_sum2={k: diff2 for k in lags},
-        refs=StepReferences(
-            ones * 0.5, ones * 4.0, {k: ones * -1.0 for k in lags}, {k: ones for k in lags}
-        ),
+    refs = StepReferences(
+        ones * 0.5, ones * 4.0, {k: ones * -1.0 for k in lags}, {k: ones for k in lags}
     )
+    out = BlockSums.empty(n_t, n_f, lags, False, refs)
+    out.step_count[:] = 10
+    out.step_sum1[:], out.step_sum2[:] = rows1, rows2
+    out.minimum[:], out.maximum[:] = 0.0, 1.0
+    for k in lags:
+        out.diff_step_count[k][:] = 9
+        out.diff_step_sum1[k][:], out.diff_step_sum2[k][:] = diff1, diff2
+    return out
 
 
 def test_each_step_is_made_exact_with_its_own_reference():

@@ -3,12 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import fixed
+from reference import block_sums_numpy, fixed
 from wxstats.core.kernels import (
     GRID_CHUNK,
     Block,
     block_sums,
-    block_sums_numpy,
     lanes_per_channel,
 )
 
@@ -251,6 +250,45 @@ def test_weighted_kernel_matches_numpy_and_its_checked_path():
     assert again.step_weight[:, 1:].tobytes() == fast.step_weight[:, 1:].tobytes()
     assert np.isclose(again.step_weight[2, 0], fast.step_weight[2, 0] - weights[5])
     assert again.count[0] == fast.count[0] - 1 and again.nan_count[0] == 1
+
+
+def test_group_codes_give_each_group_its_own_totals():
+    """A climatology's block is summed whole with the group of each step (as flox
+    takes ``by``): the per-step rows are the ungrouped block's, each group's
+    extremes and NaN counts are numpy's over its own steps, and the moments equal
+    those of the block cut into runs of one group."""
+    from wxstats.core.accumulator import StreamMoments
+    from wxstats.core.blocks import group_runs
+
+    rng = np.random.default_rng(8)
+    plain = _block(rng)
+    plain.array[2, 5, 0] = np.nan
+    groups = np.array([0, 2, 2, 1, 1, 2, 0, 0, 1])
+    block = Block(plain.array, plain.channels, plain.value_range, plain.diff_ranges, groups)
+    refs = fixed(block, SHIFT, SCALE, DSHIFT, DSCALE)
+    whole, by = block_sums(plain, refs), block_sums(block, refs)
+    assert by.step_sum1.tobytes() == whole.step_sum1.tobytes()
+    assert by.diff_step_sum2[3].tobytes() == whole.diff_step_sum2[3].tobytes()
+    a = block.array[:, :, block.channels].astype(np.float64)
+    for g in range(3):
+        steps = [t for t in range(1, 8) if groups[t] == g]
+        v = a[steps]
+        np.testing.assert_array_equal(by.minimum[g], np.nanmin(v, axis=(0, 1)))
+        np.testing.assert_array_equal(by.maximum[g], np.nanmax(v, axis=(0, 1)))
+        np.testing.assert_array_equal(by.nan_count[g], np.isnan(v).sum(axis=(0, 1)))
+        for k, (lo, hi) in block.diff_ranges.items():
+            later = [t for t in range(max(lo, k), hi) if groups[t] == g]
+            if later:
+                d = a[later] - a[[t - k for t in later]]
+                np.testing.assert_array_equal(by.diff_minimum[k][g], np.nanmin(d, axis=(0, 1)))
+    n_f = 3 * len(block.channels)
+    grouped, runs = StreamMoments.create(n_f, (1, 3)), StreamMoments.create(n_f, (1, 3))
+    grouped.add(block_sums(block))
+    for piece, at in group_runs(block):
+        runs.add(block_sums(piece), at)
+    for mine, theirs in zip(grouped.parts(), runs.parts(), strict=True):
+        for x, y in zip(mine.pack(), theirs.pack(), strict=True):
+            assert x.tobytes() == y.tobytes()
 
 
 _DIGEST_SCRIPT = """

@@ -9,19 +9,17 @@ See the :mod:`wxstats.core.kernels` docstring for the summation structure.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
-from wxstats.core._lanes_numba import (
-    diffs_checked,
-    diffs_checked_w,
-    diffs_fast,
-    diffs_fast_w,
-    extreme_lanes,
-    values_checked,
-    values_checked_w,
-    values_fast,
-    values_fast_w,
-)
+from wxstats.core._lanes_numba import extreme_lanes, lane_sums
+from wxstats.core.reduction import slot
+
+# the slots of the kernel's output arrays (wxstats.core.reduction): compile-time constants
+_COUNT = slot("count")[1]
+_SUM1, _SUM2, _WEIGHT = slot("sum1")[1], slot("sum2")[1], slot("weight")[1]
+_MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
+_NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
 
 _OPTS = {"nogil": True, "cache": True, "error_model": "numpy"}
 
@@ -40,12 +38,15 @@ def fold(lane_sum, n_c, out):
 
 
 @njit(**_OPTS)
-def fold_extremes(lmn, lmx, n_c, mn, mx):
-    # lanes -> channels (lane j is channel j % n_c), row by row: no division per lane
+def fold_extremes(lmn, lmx, n_c, totals, p, g):
+    # lanes -> channels (lane j is channel j % n_c), row by row: no division per lane;
+    # into part p's minimum and maximum of group g (indexed here: no views per chunk)
     for r in range(0, lmn.shape[0], n_c):
         for c in range(n_c):
-            mn[c] = lmn[r + c] if lmn[r + c] < mn[c] else mn[c]
-            mx[c] = lmx[r + c] if lmx[r + c] > mx[c] else mx[c]
+            mn = totals[p, _MIN, g, c]
+            mx = totals[p, _MAX, g, c]
+            totals[p, _MIN, g, c] = lmn[r + c] if lmn[r + c] < mn else mn
+            totals[p, _MAX, g, c] = lmx[r + c] if lmx[r + c] > mx else mx
 
 
 @njit(**_OPTS)
@@ -56,58 +57,68 @@ def _reset(l1, l2, lmn, lmx):
     lmx[:] = -np.inf
 
 
-@njit(**_OPTS)
-def _chunk_values(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-                  checked):  # fmt: skip
-    # one chunk of one time step, weighted when wl is not empty; lanes zeroed here
-    _reset(l1, l2, lmn, lmx)
-    l0[:] = 0.0
-    if checked:
+def chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+               c1, c2, n_c, diffs):  # fmt: skip
+    """One chunk of one time step (its values, or with ``diffs`` its differences
+    ``x - xk``) into lanes zeroed here and folded into ``c1``/``c2``: the fast path,
+    and the checked one when a sum is not finite; returns whether it was checked.
+    ``diffs`` is a literal constant (a specialization each)."""
+    raise NotImplementedError("compiled only: see the overload below")
+
+
+@overload(chunk_sums, prefer_literal=True, jit_options=_OPTS)
+def _chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+                c1, c2, n_c, diffs):  # fmt: skip
+    if not isinstance(diffs, types.BooleanLiteral):
+        return None
+    DIFFS = bool(diffs.literal_value)
+
+    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
+             c1, c2, n_c, diffs):  # fmt: skip
+        _reset(l1, l2, lmn, lmx)
+        l0[:] = 0.0
+        if wl.shape[0] > 0:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, False, True)  # fmt: skip
+        else:
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, False, False)  # fmt: skip
+        ok = fold(l1, n_c, c1)
+        ok = fold(l2, n_c, c2) and ok
+        if ok:
+            return False
+        _reset(l1, l2, lmn, lmx)
+        l0[:] = 0.0
         lcnt[:] = 0
         lnan[:] = 0
         linf[:] = 0
         if wl.shape[0] > 0:
-            values_checked_w(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                             linf)  # fmt: skip
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, True, True)  # fmt: skip
         else:
-            values_checked(x, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx, lcnt, lnan, linf)
-    elif wl.shape[0] > 0:
-        values_fast_w(x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx)
-    else:
-        values_fast(x, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx)
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
+                      linf, DIFFS, True, False)  # fmt: skip
+        fold(l1, n_c, c1)
+        fold(l2, n_c, c2)
+        return True
+
+    return impl
 
 
 @njit(**_OPTS)
-def _chunk_diffs(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, checked):
-    _reset(l1, l2, lmn, lmx)
-    l0[:] = 0.0
-    if checked:
-        lcnt[:] = 0
-        if wl.shape[0] > 0:
-            diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt)
-        else:
-            diffs_checked(x, xk, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx, lcnt)
-    elif wl.shape[0] > 0:
-        diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx)
-    else:
-        diffs_fast(x, xk, base, n, lanes, sh, iv, pq, l1, l2, lmn, lmx)
-
-
-@njit(**_OPTS)
-def kernel(
-    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, pq, dsh, div, dpq, w,
-    count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
-):  # fmt: skip
-    # per-step sums and counts out: tv0/tv1/tv2, count (n_t, n_c), td0/td1/td2, dcount
-    # (n_s, n_t, n_c), zeroed by the caller (tv0/td0: the weights summed, only when w, the
-    # weight per grid point, is not empty); extremes of the differences out: dmn/dmx
-    # (n_s, n_c), +inf/-inf from the caller; per step t (each its own reference): sh, iv,
-    # pq (n_t, lanes) and dsh, div, dpq (n_s, n_t, lanes), pq = -shift/scale per lane (see
-    # _lanes_numba.scaled)
+def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
+           totals_int):  # fmt: skip
+    # Parts p: 0 the values, 1 + s the differences of lag lags[s]; ranges (parts, 2): the
+    # steps t counted [t0, t1); refs (parts, 3, n_t, lanes): per step t (each its own
+    # reference) the shift, 1/scale and -shift/scale per lane (see _lanes_numba.scaled).
+    # Outputs (wxstats.core.reduction.kernel_arrays, at their identities): steps_* (parts,
+    # slots, n_t, n_c), totals_* (parts, slots, groups, n_c), step t's totals going to its
+    # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
+    # when w, the weight per grid point, is not empty.
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
-    n_s = lags.shape[0]
+    n_p = ranges.shape[0]
     weighted = w.shape[0] > 0
     l0 = np.empty(lanes)
     l1 = np.empty(lanes)
@@ -133,55 +144,34 @@ def kernel(
                 wl[i] = w[gs + i // n_c]
         for t in range(n_t):
             x = a[t]
-            if t0 <= t < t1:
-                _chunk_values(x, wl, base, n, lanes, sh[t], iv[t], pq[t], l0, l1, l2, vmn, vmx,
-                              lcnt, lnan, linf, False)  # fmt: skip
-                ok = fold(l1, n_c, c1)
-                ok = fold(l2, n_c, c2) and ok
-                if ok:
-                    for c in range(n_c):
-                        count[t, c] += n_here
+            for p in range(n_p):
+                if t < ranges[p, 0] or t >= ranges[p, 1]:
+                    continue
+                sh, iv, pq = refs[p, 0, t], refs[p, 1, t], refs[p, 2, t]
+                g = by[t]
+                if p == 0:
+                    checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn,
+                                         vmx, lcnt, lnan, linf, c1, c2, n_c, False)  # fmt: skip
+                    fold_extremes(vmn, vmx, n_c, totals_float, p, g)
                 else:
-                    _chunk_values(x, wl, base, n, lanes, sh[t], iv[t], pq[t], l0, l1, l2, vmn,
-                                  vmx, lcnt, lnan, linf, True)  # fmt: skip
-                    fold(l1, n_c, c1)
-                    fold(l2, n_c, c2)
+                    xk = a[t - lags[p - 1]]
+                    checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn,
+                                         lmx, lcnt, lnan, linf, c1, c2, n_c, True)  # fmt: skip
+                    fold_extremes(lmn, lmx, n_c, totals_float, p, g)
+                if checked:
                     for j in range(lanes):
                         c = j % n_c
-                        count[t, c] += lcnt[j]
-                        nans[c] += lnan[j]
-                        infs[c] += linf[j]
-                if weighted:
-                    fold(l0, n_c, c0)
-                    for c in range(n_c):
-                        tv0[t, c] += c0[c]
-                for c in range(n_c):
-                    tv1[t, c] += c1[c]
-                    tv2[t, c] += c2[c]
-                fold_extremes(vmn, vmx, n_c, mn, mx)
-            for s in range(n_s):
-                if t < d0[s] or t >= d1[s]:
-                    continue
-                xk = a[t - lags[s]]
-                _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s, t], div[s, t], dpq[s, t], l0, l1,
-                             l2, lmn, lmx, lcnt, False)  # fmt: skip
-                ok = fold(l1, n_c, c1)
-                ok = fold(l2, n_c, c2) and ok
-                if ok:
-                    for c in range(n_c):
-                        dcount[s, t, c] += n_here
+                        steps_int[p, _COUNT, t, c] += lcnt[j]
+                        if p == 0:
+                            totals_int[p, _NAN, g, c] += lnan[j]
+                            totals_int[p, _INF, g, c] += linf[j]
                 else:
-                    _chunk_diffs(x, xk, wl, base, n, lanes, dsh[s, t], div[s, t], dpq[s, t], l0,
-                                 l1, l2, lmn, lmx, lcnt, True)  # fmt: skip
-                    fold(l1, n_c, c1)
-                    fold(l2, n_c, c2)
-                    for j in range(lanes):
-                        dcount[s, t, j % n_c] += lcnt[j]
+                    for c in range(n_c):
+                        steps_int[p, _COUNT, t, c] += n_here
                 if weighted:
                     fold(l0, n_c, c0)
                     for c in range(n_c):
-                        td0[s, t, c] += c0[c]
+                        steps_float[p, _WEIGHT, t, c] += c0[c]
                 for c in range(n_c):
-                    td1[s, t, c] += c1[c]
-                    td2[s, t, c] += c2[c]
-                fold_extremes(lmn, lmx, n_c, dmn[s], dmx[s])
+                    steps_float[p, _SUM1, t, c] += c1[c]
+                    steps_float[p, _SUM2, t, c] += c2[c]

@@ -19,6 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from wxstats.core.reduction import slot
+
+_COUNT = slot("count")[1]
+_SUM1, _SUM2, _WEIGHT = slot("sum1")[1], slot("sum2")[1], slot("weight")[1]
+_MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
+_NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
+
 
 def _fold(lane_sum: np.ndarray, n_c: int) -> np.ndarray:
     """Lanes into channels in lane order (lane ``j`` is channel ``j % n_c``)."""
@@ -66,22 +73,18 @@ def _per_channel(counts: np.ndarray, n_c: int) -> np.ndarray:
     return counts.reshape(-1, n_c).sum(axis=0)
 
 
-def kernel(
-    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, pq, dsh, div, dpq, w,
-    count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
-):  # fmt: skip
+def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
+           totals_int):  # fmt: skip
     """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring);
-    ``pq``/``dpq`` (the compiled kernel's fused form of the scaling) are not needed:
+    ``refs[:, 2]`` (the compiled kernel's fused form of the scaling) is not needed:
     ``(v - p) * q`` here gives the same bits."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: the caller's to handle
-        _kernel(a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w, count,
-                tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx)  # fmt: skip
+        _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
+                totals_int)  # fmt: skip
 
 
-def _kernel(
-    a, n_c, m, chunk, t0, t1, lags, d0, d1, sh, iv, dsh, div, w,
-    count, tv0, tv1, tv2, mn, mx, nans, infs, dcount, td0, td1, td2, dmn, dmx,
-):  # fmt: skip
+def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
+            totals_int):  # fmt: skip
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
@@ -92,28 +95,21 @@ def _kernel(
         wl = np.repeat(np.asarray(w[gs : gs + n_here], np.float64), n_c) if weighted else None
         rows = np.asarray(a[:, base : base + n], dtype=np.float64)
         for t in range(n_t):
-            if t0 <= t < t1:
-                l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(
-                    rows[t], wl, lanes, sh[t], iv[t]
-                )
-                count[t] += _per_channel(lcnt, n_c)
-                nans += _per_channel(lnan, n_c)
-                infs += _per_channel(linf, n_c)
-                if weighted:
-                    tv0[t] += _fold(l0, n_c)
-                tv1[t] += _fold(l1, n_c)
-                tv2[t] += _fold(l2, n_c)
-                _fold_extreme(lmn, n_c, mn, True)
-                _fold_extreme(lmx, n_c, mx, False)
-            for s in range(lags.shape[0]):
-                if t < d0[s] or t >= d1[s]:
+            for p in range(ranges.shape[0]):
+                if t < ranges[p, 0] or t >= ranges[p, 1]:
                     continue
-                d = rows[t] - rows[t - lags[s]]
-                l0, l1, l2, lmn, lmx, lcnt, _, _ = _lane_sums(d, wl, lanes, dsh[s, t], div[s, t])
-                dcount[s, t] += _per_channel(lcnt, n_c)
+                v = rows[t] - rows[t - lags[p - 1]] if p else rows[t]
+                l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(
+                    v, wl, lanes, refs[p, 0, t], refs[p, 1, t]
+                )
+                g = by[t]
+                steps_int[p, _COUNT, t] += _per_channel(lcnt, n_c)
+                if p == 0:  # NaN and Inf are told apart for the values only
+                    totals_int[p, _NAN, g] += _per_channel(lnan, n_c)
+                    totals_int[p, _INF, g] += _per_channel(linf, n_c)
                 if weighted:
-                    td0[s, t] += _fold(l0, n_c)
-                td1[s, t] += _fold(l1, n_c)
-                td2[s, t] += _fold(l2, n_c)
-                _fold_extreme(lmn, n_c, dmn[s], True)
-                _fold_extreme(lmx, n_c, dmx[s], False)
+                    steps_float[p, _WEIGHT, t] += _fold(l0, n_c)
+                steps_float[p, _SUM1, t] += _fold(l1, n_c)
+                steps_float[p, _SUM2, t] += _fold(l2, n_c)
+                _fold_extreme(lmn, n_c, totals_float[p, _MIN, g], True)
+                _fold_extreme(lmx, n_c, totals_float[p, _MAX, g], False)

@@ -1,10 +1,14 @@
-"""The inner loops of the compiled kernel (numba): one chunk of one time step.
+"""The inner loop of the compiled kernel (numba): one chunk of one time step.
 
-Each adds a chunk's values (or differences) into lanes (see the
-:mod:`wxstats.core.kernels` docstring): ``*_fast`` as if every value were
-finite, ``*_checked`` skipping NaN/Inf in the same order, ``*_w`` weighted
-(``--weights``). Kept apart from :mod:`wxstats.core._kernels_numba`, which
-walks the chunks and steps, so that each module stays readable.
+:func:`lane_sums` adds a chunk's values (or differences) into lanes (see the
+:mod:`wxstats.core.kernels` docstring). It is one template, specialized at
+compile time for the values or the differences, for the fast path (as if every
+value were finite) or the checked one (NaN/Inf skipped: a skipped value adds
+``0.0``, which changes no lane sum, so both paths give the same bits), and for
+weighted sums (``--weights``) or not: the flags are literal constants of the
+caller, so each of the eight loops is compiled with its dead branches removed
+(the fast unweighted one is the plain sum it was written as before). Kept
+apart from :mod:`wxstats.core._kernels_numba`, which walks the chunks and steps.
 """
 
 from __future__ import annotations
@@ -64,244 +68,122 @@ def _extreme_lanes(a, lanes):
     return lambda a, lanes: np.empty(lanes, dtype=np.float64)
 
 
-# Row views (x[o:o+L]) keep indices provably non-negative, which lets
-# LLVM vectorize the lane loops (no negative-index wraparound code).
-# sh, iv, pq: per lane p, q = 1/scale and -p*q (see ``scaled``); the extremes of the
-# values are compared in the input's own type (``extreme_lanes``).
-@njit(**_OPTS)
-def values_fast(x, base, n, lanes, sh, iv, pq, s1, s2, mn, mx):
-    nrow = n // lanes
-    r = 0
-    while r + 4 <= nrow:
-        o = base + r * lanes
-        x0 = x[o : o + lanes]
-        x1 = x[o + lanes : o + 2 * lanes]
-        x2 = x[o + 2 * lanes : o + 3 * lanes]
-        x3 = x[o + 3 * lanes : o + 4 * lanes]
-        for j in range(lanes):
-            a0 = x0[j]
-            a1 = x1[j]
-            a2 = x2[j]
-            a3 = x3[j]
-            p = sh[j]
-            q = iv[j]
-            c = pq[j]
-            y0 = scaled(a0, np.float64(a0), p, q, c)
-            y1 = scaled(a1, np.float64(a1), p, q, c)
-            y2 = scaled(a2, np.float64(a2), p, q, c)
-            y3 = scaled(a3, np.float64(a3), p, q, c)
-            s1[j] = (((s1[j] + y0) + y1) + y2) + y3
-            s2[j] = (((s2[j] + y0 * y0) + y1 * y1) + y2 * y2) + y3 * y3
-            m = mn[j]
-            m = a0 if a0 < m else m
-            m = a1 if a1 < m else m
-            m = a2 if a2 < m else m
-            m = a3 if a3 < m else m
-            mn[j] = m
-            m = mx[j]
-            m = a0 if a0 > m else m
-            m = a1 if a1 > m else m
-            m = a2 if a2 > m else m
-            m = a3 if a3 > m else m
-            mx[j] = m
-        r += 4
-    while r < nrow:
-        o = base + r * lanes
-        x0 = x[o : o + lanes]
-        for j in range(lanes):
-            a0 = x0[j]
-            y0 = scaled(a0, np.float64(a0), sh[j], iv[j], pq[j])
-            s1[j] += y0
-            s2[j] += y0 * y0
-            mn[j] = a0 if a0 < mn[j] else mn[j]
-            mx[j] = a0 if a0 > mx[j] else mx[j]
-        r += 1
-    o = base + nrow * lanes
-    x0 = x[o : base + n]
-    for j in range(x0.shape[0]):
-        a0 = x0[j]
-        y0 = scaled(a0, np.float64(a0), sh[j], iv[j], pq[j])
-        s1[j] += y0
-        s2[j] += y0 * y0
-        mn[j] = a0 if a0 < mn[j] else mn[j]
-        mx[j] = a0 if a0 > mx[j] else mx[j]
+def lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
+              diffs, checked, weighted):  # fmt: skip
+    """Add the chunk ``x[base : base + n]`` (or its differences ``x - xk``) into
+    lanes ``j = i % lanes``: ``s1 += y``, ``s2 += y*y`` with ``y = (v - p) * q``
+    (weighted: ``s0 += w``, ``s1 += w*y``, ``s2 += (w*y)*y``, ``wl`` holding each
+    value's weight), the extremes ``mn``/``mx``, and when ``checked`` the finite
+    values ``cnt`` and (values) ``nans``/``infs``. ``diffs``, ``checked`` and
+    ``weighted`` are literal constants (see the module docstring)."""
+    raise NotImplementedError("compiled only: see the overload below")
 
 
-@njit(**_OPTS)
-def values_checked(x, base, n, lanes, sh, iv, pq, s1, s2, mn, mx, cnt, nans, infs):
-    # the same sums in the same order as values_fast, skipping NaN/Inf
-    for i in range(n):
-        j = i % lanes
-        a = x[base + i]
-        v = np.float64(a)
-        if np.isnan(v):
-            nans[j] += 1
-        elif np.isinf(v):
-            infs[j] += 1
-        else:
-            y = scaled(a, v, sh[j], iv[j], pq[j])
-            s1[j] += y
-            s2[j] += y * y
-            cnt[j] += 1
-            mn[j] = a if a < mn[j] else mn[j]
-            mx[j] = a if a > mx[j] else mx[j]
+def _flag(value) -> bool | None:
+    return bool(value.literal_value) if isinstance(value, types.BooleanLiteral) else None
 
 
-@njit(**_OPTS)
-def diffs_fast(x, xk, base, n, lanes, sh, iv, pq, s1, s2, mn, mx):
-    nrow = n // lanes
-    r = 0
-    while r + 4 <= nrow:
-        o = base + r * lanes
-        x0 = x[o : o + lanes]
-        x1 = x[o + lanes : o + 2 * lanes]
-        x2 = x[o + 2 * lanes : o + 3 * lanes]
-        x3 = x[o + 3 * lanes : o + 4 * lanes]
-        k0 = xk[o : o + lanes]
-        k1 = xk[o + lanes : o + 2 * lanes]
-        k2 = xk[o + 2 * lanes : o + 3 * lanes]
-        k3 = xk[o + 3 * lanes : o + 4 * lanes]
-        for j in range(lanes):
-            p = sh[j]
-            q = iv[j]
-            c = pq[j]
-            a0 = x0[j]
-            d0 = np.float64(a0) - np.float64(k0[j])
-            d1 = np.float64(x1[j]) - np.float64(k1[j])
-            d2 = np.float64(x2[j]) - np.float64(k2[j])
-            d3 = np.float64(x3[j]) - np.float64(k3[j])
-            y0 = scaled(a0, d0, p, q, c)
-            y1 = scaled(a0, d1, p, q, c)
-            y2 = scaled(a0, d2, p, q, c)
-            y3 = scaled(a0, d3, p, q, c)
-            s1[j] = (((s1[j] + y0) + y1) + y2) + y3
-            s2[j] = (((s2[j] + y0 * y0) + y1 * y1) + y2 * y2) + y3 * y3
-            m = mn[j]
-            m = d0 if d0 < m else m
-            m = d1 if d1 < m else m
-            m = d2 if d2 < m else m
-            m = d3 if d3 < m else m
-            mn[j] = m
-            m = mx[j]
-            m = d0 if d0 > m else m
-            m = d1 if d1 > m else m
-            m = d2 if d2 > m else m
-            m = d3 if d3 > m else m
-            mx[j] = m
-        r += 4
-    while r < nrow:
-        o = base + r * lanes
-        x0 = x[o : o + lanes]
-        k0 = xk[o : o + lanes]
-        for j in range(lanes):
-            d0 = np.float64(x0[j]) - np.float64(k0[j])
-            y0 = scaled(x0[j], d0, sh[j], iv[j], pq[j])
-            s1[j] += y0
-            s2[j] += y0 * y0
-            mn[j] = d0 if d0 < mn[j] else mn[j]
-            mx[j] = d0 if d0 > mx[j] else mx[j]
-        r += 1
-    o = base + nrow * lanes
-    x0 = x[o : base + n]
-    k0 = xk[o : base + n]
-    for j in range(x0.shape[0]):
-        d0 = np.float64(x0[j]) - np.float64(k0[j])
-        y0 = scaled(x0[j], d0, sh[j], iv[j], pq[j])
-        s1[j] += y0
-        s2[j] += y0 * y0
-        mn[j] = d0 if d0 < mn[j] else mn[j]
-        mx[j] = d0 if d0 > mx[j] else mx[j]
+@overload(lane_sums, prefer_literal=True, jit_options=_OPTS)
+def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
+               diffs, checked, weighted):  # fmt: skip
+    # The template: DIFFS, CHECKED, WEIGHTED are constants here, so numba prunes the
+    # branches on them before typing and each specialization is compiled on its own.
+    DIFFS, CHECKED, WEIGHTED = _flag(diffs), _flag(checked), _flag(weighted)
+    if DIFFS is None or CHECKED is None or WEIGHTED is None:
+        return None  # literal flags only (numba tries the literal types first)
+    VALUES = not DIFFS
 
-
-@njit(**_OPTS)
-def diffs_checked(x, xk, base, n, lanes, sh, iv, pq, s1, s2, mn, mx, cnt):
-    for i in range(n):
-        j = i % lanes
-        d = np.float64(x[base + i]) - np.float64(xk[base + i])
-        if np.isfinite(d):
-            y = scaled(x[base + i], d, sh[j], iv[j], pq[j])
-            s1[j] += y
-            s2[j] += y * y
-            cnt[j] += 1
-            mn[j] = d if d < mn[j] else mn[j]
-            mx[j] = d if d > mx[j] else mx[j]
-
-
-# Weighted sums (``--weights``): ``wl`` holds the weight of each value of the chunk
-# (its grid point's weight, repeated over the channels), in the order of ``x``. One row
-# of lanes at a time, the same sums in the same order in the fast and checked versions:
-# s0 += w, s1 += w*y, s2 += (w*y)*y.
-@njit(**_OPTS)
-def values_fast_w(x, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx):
-    for i0 in range(0, n, lanes):
-        width = min(lanes, n - i0)
-        xr = x[base + i0 : base + i0 + width]
-        wr = wl[i0 : i0 + width]
-        for j in range(width):
-            a = xr[j]
+    @njit(inline="always")
+    def one(xr, kr, wr, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs):
+        # one value (or difference) into lane j's running sums and extremes; a
+        # skipped one (checked: NaN/Inf) adds 0.0, no change (a lane sum starts at
+        # +0.0 and so is never -0.0), and keeps the extremes
+        raw = xr[j]
+        v = np.float64(raw) - np.float64(kr[j]) if DIFFS else np.float64(raw)
+        e = v if DIFFS else raw  # values: compared in the input's own type
+        ok = np.isfinite(v) if CHECKED else True
+        y = scaled(raw, v, p, q, c)
+        if WEIGHTED:
             w = wr[j]
-            y = scaled(a, np.float64(a), sh[j], iv[j], pq[j])
             z = w * y
-            s0[j] += w
-            s1[j] += z
-            s2[j] += z * y
-            mn[j] = a if a < mn[j] else mn[j]
-            mx[j] = a if a > mx[j] else mx[j]
-
-
-@njit(**_OPTS)
-def values_checked_w(x, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs):
-    for i in range(n):
-        j = i % lanes
-        a = x[base + i]
-        v = np.float64(a)
-        if np.isnan(v):
-            nans[j] += 1
-        elif np.isinf(v):
-            infs[j] += 1
+            t0 = t0 + (w if ok else 0.0)
+            t1 = t1 + (z if ok else 0.0)
+            t2 = t2 + (z * y if ok else 0.0)
         else:
-            w = wl[i]
-            y = scaled(a, v, sh[j], iv[j], pq[j])
-            z = w * y
-            s0[j] += w
-            s1[j] += z
-            s2[j] += z * y
-            cnt[j] += 1
-            mn[j] = a if a < mn[j] else mn[j]
-            mx[j] = a if a > mx[j] else mx[j]
+            t1 = t1 + (y if ok else 0.0)
+            t2 = t2 + (y * y if ok else 0.0)
+        if CHECKED:
+            lo = e if ok and e < lo else lo
+            hi = e if ok and e > hi else hi
+            cnt[j] += ok
+            if VALUES:
+                nans[j] += np.isnan(v)
+                infs[j] += np.isinf(v)
+        else:
+            lo = e if e < lo else lo
+            hi = e if e > hi else hi
+        return t0, t1, t2, lo, hi
 
+    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
+             diffs, checked, weighted):  # fmt: skip
+        # Row views (x[o:o+L]) keep indices provably non-negative, which lets LLVM
+        # vectorize the lane loops (no negative-index wraparound code). Four rows at a
+        # time (their sums kept in registers), then the rows left, the last one maybe
+        # partial: every lane adds its values in row order either way.
+        nrow = n // lanes
+        r = 0
+        while r + 4 <= nrow:
+            o = base + r * lanes
+            ow = r * lanes
+            x0 = x[o : o + lanes]
+            x1 = x[o + lanes : o + 2 * lanes]
+            x2 = x[o + 2 * lanes : o + 3 * lanes]
+            x3 = x[o + 3 * lanes : o + 4 * lanes]
+            # views only where used (each costs a reference count, per four rows)
+            k0 = xk[o : o + lanes] if DIFFS else x0
+            k1 = xk[o + lanes : o + 2 * lanes] if DIFFS else x0
+            k2 = xk[o + 2 * lanes : o + 3 * lanes] if DIFFS else x0
+            k3 = xk[o + 3 * lanes : o + 4 * lanes] if DIFFS else x0
+            w0 = wl[ow : ow + lanes] if WEIGHTED else sh
+            w1 = wl[ow + lanes : ow + 2 * lanes] if WEIGHTED else sh
+            w2 = wl[ow + 2 * lanes : ow + 3 * lanes] if WEIGHTED else sh
+            w3 = wl[ow + 3 * lanes : ow + 4 * lanes] if WEIGHTED else sh
+            for j in range(lanes):
+                p = sh[j]
+                q = iv[j]
+                c = pq[j]
+                t0 = s0[j] if WEIGHTED else 0.0
+                t1, t2, lo, hi = s1[j], s2[j], mn[j], mx[j]
+                t0, t1, t2, lo, hi = one(
+                    x0, k0, w0, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                )
+                t0, t1, t2, lo, hi = one(
+                    x1, k1, w1, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                )
+                t0, t1, t2, lo, hi = one(
+                    x2, k2, w2, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                )
+                t0, t1, t2, lo, hi = one(
+                    x3, k3, w3, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                )
+                if WEIGHTED:
+                    s0[j] = t0
+                s1[j], s2[j], mn[j], mx[j] = t1, t2, lo, hi
+            r += 4
+        while r * lanes < n:
+            o = base + r * lanes
+            ow = r * lanes
+            width = min(lanes, n - ow)
+            xr = x[o : o + width]
+            kr = xk[o : o + width] if DIFFS else xr
+            wr = wl[ow : ow + width] if WEIGHTED else sh
+            for j in range(width):
+                t0 = s0[j] if WEIGHTED else 0.0
+                t0, t1, t2, lo, hi = one(xr, kr, wr, j, sh[j], iv[j], pq[j], t0, s1[j], s2[j],
+                                         mn[j], mx[j], cnt, nans, infs)  # fmt: skip
+                if WEIGHTED:
+                    s0[j] = t0
+                s1[j], s2[j], mn[j], mx[j] = t1, t2, lo, hi
+            r += 1
 
-@njit(**_OPTS)
-def diffs_fast_w(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx):
-    for i0 in range(0, n, lanes):
-        width = min(lanes, n - i0)
-        xr = x[base + i0 : base + i0 + width]
-        kr = xk[base + i0 : base + i0 + width]
-        wr = wl[i0 : i0 + width]
-        for j in range(width):
-            d = np.float64(xr[j]) - np.float64(kr[j])
-            w = wr[j]
-            y = scaled(xr[j], d, sh[j], iv[j], pq[j])
-            z = w * y
-            s0[j] += w
-            s1[j] += z
-            s2[j] += z * y
-            mn[j] = d if d < mn[j] else mn[j]
-            mx[j] = d if d > mx[j] else mx[j]
-
-
-@njit(**_OPTS)
-def diffs_checked_w(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt):
-    for i in range(n):
-        j = i % lanes
-        d = np.float64(x[base + i]) - np.float64(xk[base + i])
-        if np.isfinite(d):
-            w = wl[i]
-            y = scaled(x[base + i], d, sh[j], iv[j], pq[j])
-            z = w * y
-            s0[j] += w
-            s1[j] += z
-            s2[j] += z * y
-            cnt[j] += 1
-            mn[j] = d if d < mn[j] else mn[j]
-            mx[j] = d if d > mx[j] else mx[j]
+    return impl

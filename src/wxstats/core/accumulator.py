@@ -52,42 +52,45 @@ class StreamMoments:
         )
 
     def add(self, sums: BlockSums, at: int = 0) -> None:
-        """Add a block's per-step sums (to features from ``at``: a climatology's
-        group). Raises :class:`NonFiniteSums`, before changing anything, when a
-        step's sum is not finite; its features count from ``at``."""
+        """Add a block's per-step sums to features from ``at`` (a block with groups,
+        a climatology: each step to its group ``g``'s features, from ``at + g * F``).
+        Raises :class:`NonFiniteSums`, before changing anything, when a step's sum
+        is not finite; its features count from ``at``."""
         steps = sorted(self.diffs)
+        if tuple(steps) != sums.lags:
+            raise ValueError(f"block sums of lags {sums.lags} for a stream of steps {steps}")
+        if self.values.weighted != sums.weighted:
+            raise ValueError("weighted and unweighted sums do not mix")
+        count, s1, s2 = sums.of("count"), sums.of("sum1"), sums.of("sum2")
+        n_f = count.shape[-1]
+        codes = np.zeros(count.shape[1], dtype=np.int64) if sums.groups is None else sums.groups
+        bad = (count > 0) & ~(np.isfinite(s1) & np.isfinite(s2))  # (parts, T, F)
+        where = np.flatnonzero(bad.any(axis=0).ravel())
+        if where.size:
+            t, f = np.divmod(where, n_f)
+            raise NonFiniteSums(sorted({int(v) for v in at + codes[t] * n_f + f}))
         refs = sums.refs
-        parts = [(sums.step_count, sums.step_sum1, sums.step_sum2, refs.shift, refs.scale)]
-        parts += [
-            (
-                sums.diff_step_count[k],
-                sums.diff_step_sum1[k],
-                sums.diff_step_sum2[k],
-                refs.diff_shift[k],
-                refs.diff_scale[k],
-            )
-            for k in steps
-        ]
-        bad = sorted(
-            {
-                f
-                for count, a, b, _, _ in parts
-                for f in np.flatnonzero(((count > 0) & ~(np.isfinite(a) & np.isfinite(b))).any(0))
-            }
-        )
-        if bad:
-            raise NonFiniteSums([at + int(f) for f in bad])
-        weights: list[np.ndarray | None] = [None] * len(parts)
-        if self.values.weighted:
-            if sums.step_weight is None:
-                raise ValueError("a weighted stream was given unweighted block sums")
-            weights = [sums.step_weight] + [sums.diff_step_weight[k] for k in steps]
-        extremes = [(sums.minimum, sums.maximum, sums.nan_count)]
-        extremes += [(sums.diff_minimum.get(k), sums.diff_maximum.get(k), None) for k in steps]
-        for moments, (count, s1, s2, shift, scale), (low, high, nans), w in zip(
-            self.parts(), parts, extremes, weights, strict=True
-        ):
-            moments.add(count, s1, s2, shift, scale, low, high, nans, at, w)
+        shifts = [refs.shift] + [refs.diff_shift[k] for k in steps]
+        scales = [refs.scale] + [refs.diff_scale[k] for k in steps]
+        weight = sums.of("weight") if sums.weighted else None
+        low, high, nans = sums.of("minimum"), sums.of("maximum"), sums.of("nan_count")
+        if sums.groups is None:  # one group: the totals (parts, F) as (parts, 1, F)
+            low, high, nans = low[:, None], high[:, None], nans[:, None]
+        for g in np.unique(codes[codes >= 0]):
+            rows = codes == g
+            for p, moments in enumerate(self.parts()):
+                moments.add(
+                    count[p][rows],
+                    s1[p][rows],
+                    s2[p][rows],
+                    shifts[p][rows],
+                    scales[p][rows],
+                    low[p, g],
+                    high[p, g],
+                    nans[p, g] if p == 0 else None,
+                    at + int(g) * n_f,
+                    None if weight is None else weight[p][rows],
+                )
 
     def merge(self, other: StreamMoments) -> None:
         """Add ``other`` into ``self``; refused, with ``self`` unchanged, when

@@ -6,8 +6,9 @@ each row, the grid points' weights.
 Its operations cut it by time steps without changing a bit, because every time
 step is a summation unit of its own (:mod:`wxstats.core.unit_reference`):
 :meth:`Block.within` one range of rows, :func:`restrict` several (the steps a
-checkpoint lacks), :func:`group_runs` a climatology's runs of one group. The
-kernel that sums a block is :mod:`wxstats.core.kernels`.
+checkpoint lacks), :func:`group_runs` a climatology's runs of one group (for the
+per-grid-point sums: the kernel, :mod:`wxstats.core.kernels`, takes the groups
+itself).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from wxstats.core import reduction
 from wxstats.core.exact import (
     NUM_LIMBS,
     exact_sum,
@@ -59,9 +60,9 @@ class Moments:
 
     @staticmethod
     def words_per_feature(weighted: bool) -> int:
-        """int64 words per feature when packed: count, NaN count, two limb vectors
-        (three when weighted: the weights' sum)."""
-        return 2 + (3 if weighted else 2) * NUM_LIMBS
+        """int64 words per feature when packed: a word per count, a limb vector per
+        exact sum (:func:`_packed`)."""
+        return sum(1 if q.merge == "count" else NUM_LIMBS for q in _packed(weighted))
 
     @property
     def weighted(self) -> bool:
@@ -69,17 +70,17 @@ class Moments:
 
     @staticmethod
     def create(n_features: int, weighted: bool = False) -> Moments:
-        zeros = np.zeros(n_features, dtype=object)
-        zeros[:] = 0
-        return Moments(
-            count=np.zeros(n_features, dtype=np.int64),
-            sum1=zeros.copy(),
-            sum2=zeros.copy(),
-            minimum=np.full(n_features, np.inf),
-            maximum=np.full(n_features, -np.inf),
-            nan_count=np.zeros(n_features, dtype=np.int64),
-            weight=zeros.copy() if weighted else None,
-        )
+        """Every kept quantity of :mod:`wxstats.core.reduction` at its identity."""
+        fields: dict[str, np.ndarray | None] = {}
+        for q in reduction.KEPT:
+            if q.weighted_only and not weighted:
+                fields[q.name] = None
+            elif q.merge == "sum":  # exact fixed-point integers
+                fields[q.name] = np.zeros(n_features, dtype=object)
+                fields[q.name][:] = 0
+            else:
+                fields[q.name] = np.full(n_features, q.identity, dtype=q.dtype)
+        return Moments(**fields)
 
     @property
     def n_features(self) -> int:
@@ -128,14 +129,11 @@ class Moments:
         ``self`` unchanged, when one side is weighted and the other is not."""
         if (other.weight is None) != (self.weight is None):
             raise ValueError("weighted and unweighted moments do not merge")
-        self.count += other.count
-        self.sum1 = self.sum1 + other.sum1
-        self.sum2 = self.sum2 + other.sum2
-        np.minimum(self.minimum, other.minimum, out=self.minimum)
-        np.maximum(self.maximum, other.maximum, out=self.maximum)
-        self.nan_count += other.nan_count
-        if other.weight is not None:
-            self.weight = self.weight + other.weight
+        for q in _packed(self.weighted):
+            setattr(self, q.name, getattr(self, q.name) + getattr(other, q.name))
+        for q in _extremes():
+            merge = np.minimum if q.merge == "min" else np.maximum
+            merge(getattr(self, q.name), getattr(other, q.name), out=getattr(self, q.name))
 
     def divisor(self, f: int) -> int | Fraction:
         """What feature ``f``'s sums are divided by: its count of finite values, or
@@ -193,17 +191,14 @@ class Moments:
 
     # -- fixed-size packing for the gather and checkpoints ---------------------
     def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(int64 words summed across ranks, float64 minima, float64 maxima)."""
-        ints = np.concatenate(
-            [
-                self.count,
-                self.nan_count,
-                to_limbs(self.sum1).ravel(),
-                to_limbs(self.sum2).ravel(),
-                *([to_limbs(self.weight).ravel()] if self.weight is not None else []),
-            ]
-        )
-        return ints, self.minimum.copy(), self.maximum.copy()
+        """(int64 words summed across ranks, float64 minima, float64 maxima): the
+        counts, then the exact sums' limbs, in the declaration's order."""
+        words = [
+            getattr(self, q.name) if q.merge == "count" else to_limbs(getattr(self, q.name)).ravel()
+            for q in _packed(self.weighted)
+        ]
+        minimum, maximum = (getattr(self, q.name).copy() for q in _extremes())
+        return np.concatenate(words), minimum, maximum
 
     @staticmethod
     def unpack(
@@ -212,18 +207,30 @@ class Moments:
         f = int(minimum.shape[0])
         if ints.shape[0] != f * Moments.words_per_feature(weighted):
             raise ValueError(f"{ints.shape[0]} words do not pack {f} features")
-        limb_block = f * NUM_LIMBS
+        fields: dict[str, np.ndarray | None] = {"weight": None}
+        start = 0
+        for q in _packed(weighted):
+            if q.merge == "count":
+                fields[q.name] = ints[start : start + f].astype(np.int64)
+                start += f
+            else:
+                words = ints[start : start + f * NUM_LIMBS]
+                fields[q.name] = from_limbs(words.reshape(f, NUM_LIMBS))
+                start += f * NUM_LIMBS
+        for q, values in zip(_extremes(), (minimum, maximum), strict=True):
+            fields[q.name] = np.asarray(values, dtype=np.float64).copy()
+        return Moments(**fields)
 
-        def limbs(i: int) -> np.ndarray:
-            start = 2 * f + i * limb_block
-            return from_limbs(ints[start : start + limb_block].reshape(f, NUM_LIMBS))
 
-        return Moments(
-            count=ints[:f].astype(np.int64),
-            sum1=limbs(0),
-            sum2=limbs(1),
-            minimum=np.asarray(minimum, dtype=np.float64).copy(),
-            maximum=np.asarray(maximum, dtype=np.float64).copy(),
-            nan_count=ints[f : 2 * f].astype(np.int64),
-            weight=limbs(2) if weighted else None,
-        )
+def _packed(weighted: bool) -> list[reduction.Quantity]:
+    """The kept quantities that add (counts, exact sums), in packing order."""
+    return [
+        q
+        for q in reduction.KEPT
+        if q.merge in ("count", "sum") and (weighted or not q.weighted_only)
+    ]
+
+
+def _extremes() -> list[reduction.Quantity]:
+    """The kept minimum and maximum (packed as float64, merged by min/max)."""
+    return [q for q in reduction.KEPT if q.merge in ("min", "max")]

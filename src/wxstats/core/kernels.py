@@ -6,8 +6,9 @@ and, for each lag ``k``, the range of *later* times ``t`` whose pairs
 ``(t - k, t)`` count.
 
 :func:`block_sums` runs the compiled kernel (numba, no per-element Python,
-no float64 temporaries of the sample's size). :func:`block_sums_numpy` is a
-plain numpy version of the same definitions, kept to test the kernel.
+no float64 temporaries of the sample's size), or its numpy twin for a small
+block (:mod:`wxstats.core.kernel_choice`); what it accumulates is declared in
+:mod:`wxstats.core.reduction`.
 
 How the kernel is fast and still exact
 --------------------------------------
@@ -46,11 +47,11 @@ its own dtype (never widened to float64).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from wxstats.core import unit_reference
+from wxstats.core import reduction, unit_reference
 from wxstats.core.blocks import Block
 from wxstats.core.kernel_choice import run_kernel
 
@@ -63,33 +64,47 @@ float32) is 36 KiB, so the chunks a difference needs stay in L2 cache."""
 
 @dataclass
 class BlockSums:
-    """Float64 sums of one block, per feature: per time step (rows, each step a
-    summation unit with its own reference) for the counts and sums, totals for the
-    extremes and NaN/Inf counts (of the values and of the differences). Rows
-    outside a range are zero.
+    """Float64 sums of one block, per feature: the quantities of
+    :mod:`wxstats.core.reduction`, per time step (rows, each step a summation
+    unit with its own reference) for the counts and sums, totals for the extremes
+    and NaN/Inf counts; part 0 the values, part ``1 + i`` the differences of
+    ``lags[i]``. Rows outside a range are at their identity (zero).
 
-    The rows and their references are what the exact combiner takes
+    ``arrays`` are the kernel's outputs with the block's features picked (see
+    :func:`wxstats.core.reduction.kernel_arrays`); :meth:`of` reads one quantity,
+    and the attributes ``step_<name>``/``<name>`` (values) and
+    ``diff_step_<name>``/``diff_<name>`` (by lag) are views of them. The rows and
+    their references are what the exact combiner takes
     (:mod:`wxstats.core.combine`); ``sum1``/``sum2`` are totals in time order of
     the rows, for checks and tests.
     """
 
-    step_count: np.ndarray  # int64 (T, F): finite values per step
-    step_sum1: np.ndarray  # float64 (T, F): sum of (x - shift) / scale per step
-    step_sum2: np.ndarray  # float64 (T, F): sum of its square per step
-    minimum: np.ndarray
-    maximum: np.ndarray
-    nan_count: np.ndarray
-    inf_count: np.ndarray
-    diff_step_count: dict[int, np.ndarray]  # lag -> (T, F), rows indexed by the later time
-    diff_step_sum1: dict[int, np.ndarray]
-    diff_step_sum2: dict[int, np.ndarray]
+    lags: tuple[int, ...]
+    arrays: dict[str, np.ndarray]
     refs: StepReferences
     """The shift and scale each step's sums were taken with."""
-    diff_minimum: dict[int, np.ndarray] = field(default_factory=dict)  # lag -> (F,)
-    diff_maximum: dict[int, np.ndarray] = field(default_factory=dict)
-    step_weight: np.ndarray | None = None
-    """float64 (T, F): the weights of the values summed per step (a weighted block only)."""
-    diff_step_weight: dict[int, np.ndarray] = field(default_factory=dict)
+    weighted: bool = False
+    """Whether the weights were summed (``--weights``); else ``step_weight`` is None."""
+    groups: np.ndarray | None = None
+    """int64 (T,): a climatology's group of each step (``Block.groups``); the totals
+    are then per group, (parts, groups, F), and a step's rows belong to its group."""
+
+    @staticmethod
+    def empty(
+        n_t: int, n_f: int, lags: list[int], weighted: bool, refs: StepReferences
+    ) -> BlockSums:
+        """Every quantity at its identity (filled in place through the views)."""
+        arrays = reduction.kernel_arrays(1 + len(lags), n_t, n_f)
+        return BlockSums(tuple(sorted(lags)), arrays, refs, weighted)
+
+    def of(self, name: str) -> np.ndarray:
+        """Quantity ``name`` of every part: (parts, T, F) per step, else (parts, F),
+        or (parts, groups, F) for a block with groups."""
+        array, i = reduction.slot(name)
+        values = self.arrays[array][:, i]
+        if self.groups is None and not reduction.BY_NAME[name].per_step:
+            return values[:, 0]
+        return values
 
     @property
     def count(self) -> np.ndarray:
@@ -114,6 +129,30 @@ class BlockSums:
     @property
     def diff_sum2(self) -> dict[int, np.ndarray]:
         return {k: in_time_order(v) for k, v in self.diff_step_sum2.items()}
+
+
+def _views(q: reduction.Quantity) -> None:
+    """BlockSums' attributes of quantity ``q``: the values' part and the
+    differences' parts by lag (absent: None and {} for the weights of an
+    unweighted block)."""
+    prefix = "step_" if q.per_step else ""
+
+    def values(self: BlockSums) -> np.ndarray | None:
+        return None if q.weighted_only and not self.weighted else self.of(q.name)[0]
+
+    def diffs(self: BlockSums) -> dict[int, np.ndarray]:
+        if q.weighted_only and not self.weighted:
+            return {}
+        part = self.of(q.name)
+        return {k: part[1 + i] for i, k in enumerate(self.lags)}
+
+    setattr(BlockSums, prefix + q.name, property(values))
+    if q.diffs:
+        setattr(BlockSums, "diff_" + prefix + q.name, property(diffs))
+
+
+for _q in reduction.QUANTITIES:
+    _views(_q)
 
 
 @dataclass
@@ -224,26 +263,6 @@ def lanes_per_channel(n_channels: int) -> int:
     return m
 
 
-def _empty_sums(n_t: int, n_f: int, lags: list[int], weighted: bool) -> BlockSums:
-    return BlockSums(
-        step_count=np.zeros((n_t, n_f), dtype=np.int64),
-        step_sum1=np.zeros((n_t, n_f)),
-        step_sum2=np.zeros((n_t, n_f)),
-        minimum=np.full(n_f, np.inf),
-        maximum=np.full(n_f, -np.inf),
-        nan_count=np.zeros(n_f, dtype=np.int64),
-        inf_count=np.zeros(n_f, dtype=np.int64),
-        diff_step_count={k: np.zeros((n_t, n_f), dtype=np.int64) for k in lags},
-        diff_step_sum1={k: np.zeros((n_t, n_f)) for k in lags},
-        diff_step_sum2={k: np.zeros((n_t, n_f)) for k in lags},
-        refs=StepReferences(np.zeros((n_t, n_f)), np.ones((n_t, n_f)), {}, {}),
-        diff_minimum={k: np.full(n_f, np.inf) for k in lags},
-        diff_maximum={k: np.full(n_f, -np.inf) for k in lags},
-        step_weight=np.zeros((n_t, n_f)) if weighted else None,
-        diff_step_weight={k: np.zeros((n_t, n_f)) for k in lags} if weighted else {},
-    )
-
-
 def _per_channel(values: np.ndarray, channels: np.ndarray, n_c: int, fill: float) -> np.ndarray:
     """Per-feature parameters (T, F) spread over all ``n_c`` channels of the array."""
     out = np.full((values.shape[0], n_c), fill)
@@ -326,115 +345,40 @@ def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
 
     t0 = max(0, int(block.value_range[0]))
     t1 = min(n_t, int(block.value_range[1]))
-    d0 = [max(int(block.diff_ranges[k][0]), k) for k in lags]
-    d1 = [min(int(block.diff_ranges[k][1]), n_t) for k in lags]
-    n_s = len(lags)
-    count = np.zeros((n_t, n_c), dtype=np.int64)
-    nans, infs = np.zeros(n_c, dtype=np.int64), np.zeros(n_c, dtype=np.int64)
+    ranges = [(t0, t1)] + [
+        (max(int(block.diff_ranges[k][0]), k), min(int(block.diff_ranges[k][1]), n_t)) for k in lags
+    ]
     weighted = block.weights is not None
     if weighted and np.shape(block.weights) != (n_g,):
         raise ValueError(f"{np.shape(block.weights)} weights for {n_g} grid points")
     weights = np.asarray(block.weights if weighted else (), dtype=np.float64)
-    tv0, tv1, tv2 = np.zeros((n_t, n_c)), np.zeros((n_t, n_c)), np.zeros((n_t, n_c))
-    mn, mx = np.full(n_c, np.inf), np.full(n_c, -np.inf)
-    dcount = np.zeros((n_s, n_t, n_c), dtype=np.int64)
-    td0, td1, td2 = (np.zeros((n_s, n_t, n_c)) for _ in range(3))
-    dmn, dmx = np.full((n_s, n_c), np.inf), np.full((n_s, n_c), -np.inf)
+    by = np.zeros(n_t, dtype=np.int64)
+    if block.groups is not None:
+        by = np.asarray(block.groups, dtype=np.int64).reshape(n_t)
+        if any((by[a:b] < 0).any() for a, b in ranges):
+            raise ValueError("a counted time step without a group")
+    n_groups = max(int(by.max(initial=0)) + 1, 1)
+    n_p = 1 + len(lags)
+    scaling = np.empty((n_p, 3, n_t, lanes))  # per part: shift, 1/scale, -shift/scale
+    scaling[0] = sh, iv, -(sh * iv)
+    scaling[1:, 0], scaling[1:, 1], scaling[1:, 2] = dsh, div, -(dsh * div)
+    out = reduction.kernel_arrays(n_p, n_t, n_c, n_groups)
     run_kernel(
         array.nbytes,
         array.reshape(n_t, n_g * n_c),
         n_c,
         m,
         GRID_CHUNK,
-        t0,
-        t1,
         np.array(lags, dtype=np.int64),
-        np.array(d0, dtype=np.int64),
-        np.array(d1, dtype=np.int64),
-        sh,
-        iv,
-        -(sh * iv),
-        dsh,
-        div,
-        -(dsh * div),
+        np.array(ranges, dtype=np.int64).reshape(n_p, 2),
+        scaling,
         weights,
-        count,
-        tv0,
-        tv1,
-        tv2,
-        mn,
-        mx,
-        nans,
-        infs,
-        dcount,
-        td0,
-        td1,
-        td2,
-        dmn,
-        dmx,
+        np.maximum(by, 0),  # a row without a group (-1) is never counted
+        out["steps_float"],
+        out["steps_int"],
+        out["totals_float"],
+        out["totals_int"],
     )
-    return BlockSums(
-        step_count=count[:, channels],
-        step_sum1=tv1[:, channels],
-        step_sum2=tv2[:, channels],
-        minimum=mn[channels],
-        maximum=mx[channels],
-        nan_count=nans[channels],
-        inf_count=infs[channels],
-        diff_step_count={k: dcount[i][:, channels] for i, k in enumerate(lags)},
-        diff_step_sum1={k: td1[i][:, channels] for i, k in enumerate(lags)},
-        diff_step_sum2={k: td2[i][:, channels] for i, k in enumerate(lags)},
-        refs=refs,
-        diff_minimum={k: dmn[i][channels] for i, k in enumerate(lags)},
-        diff_maximum={k: dmx[i][channels] for i, k in enumerate(lags)},
-        step_weight=tv0[:, channels] if weighted else None,
-        diff_step_weight={k: td0[i][:, channels] for i, k in enumerate(lags)} if weighted else {},
-    )
-
-
-def block_sums_numpy(block: Block, refs: StepReferences | None = None) -> BlockSums:
-    """The same definitions as :func:`block_sums` in plain numpy (for tests), with
-    the same references."""
-    refs = refs if refs is not None else step_references(block)
-    lags = sorted(block.diff_ranges)
-    a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)
-    weighted = block.weights is not None
-    w = np.asarray(block.weights if weighted else np.ones(a.shape[1]), dtype=np.float64)
-    w = w[None, :, None]
-    out = _empty_sums(a.shape[0], a.shape[2], lags, weighted)
-    out.refs = refs
-    t0, t1 = block.value_range
-    values = a[t0:t1]
-    nan = np.isnan(values)
-    inf = np.isinf(values)
-    finite = ~(nan | inf)
-    shift, scale = refs.shift[t0:t1, None, :], refs.scale[t0:t1, None, :]
-    y = np.where(finite, (values - shift) / scale, 0.0)
-    out.step_count[t0:t1] = finite.sum(axis=1)
-    out.step_sum1[t0:t1] = (w * y).sum(axis=1)
-    out.step_sum2[t0:t1] = (w * y * y).sum(axis=1)
-    if weighted:
-        out.step_weight[t0:t1] = np.where(finite, w, 0.0).sum(axis=1)
-    out.nan_count = nan.sum(axis=(0, 1)).astype(np.int64)
-    out.inf_count = inf.sum(axis=(0, 1)).astype(np.int64)
-    if finite.any():
-        out.minimum = np.where(finite, values, np.inf).min(axis=(0, 1))
-        out.maximum = np.where(finite, values, -np.inf).max(axis=(0, 1))
-    for k in lags:
-        d0, d1 = block.diff_ranges[k]
-        d0 = max(d0, k)
-        if d1 <= d0:
-            continue
-        d = a[d0:d1] - a[d0 - k : d1 - k]
-        ok = np.isfinite(d)
-        dshift, dscale = refs.diff_shift[k][d0:d1, None, :], refs.diff_scale[k][d0:d1, None, :]
-        yd = np.where(ok, (d - dshift) / dscale, 0.0)
-        out.diff_step_count[k][d0:d1] = ok.sum(axis=1)
-        out.diff_step_sum1[k][d0:d1] = (w * yd).sum(axis=1)
-        out.diff_step_sum2[k][d0:d1] = (w * yd * yd).sum(axis=1)
-        if weighted:
-            out.diff_step_weight[k][d0:d1] = np.where(ok, w, 0.0).sum(axis=1)
-        if ok.any():
-            out.diff_minimum[k] = np.where(ok, d, np.inf).min(axis=(0, 1))
-            out.diff_maximum[k] = np.where(ok, d, -np.inf).max(axis=(0, 1))
-    return out
+    picked = {name: values[..., channels] for name, values in out.items()}
+    groups = None if block.groups is None else by
+    return BlockSums(tuple(lags), picked, refs, weighted, groups)

@@ -53,19 +53,19 @@ def empty_accumulator(source: Source) -> RunMoments:
     return RunMoments.create(source.streams, cell_references(source))
 
 
-def _refuse_bad_values(
-    where: str, spec: StreamSpec, sums: BlockSums, skipna: bool, at: int = 0
-) -> None:
-    for f in range(sums.inf_count.shape[0]):
-        name = spec.features[at + f]
-        if sums.inf_count[f]:
+def _refuse_bad_values(where: str, spec: StreamSpec, sums: BlockSums, skipna: bool) -> None:
+    # the totals per feature of the stream (a climatology's groups: g * F + f)
+    nans, infs = sums.nan_count.ravel(), sums.inf_count.ravel()
+    for f in range(infs.shape[0]):
+        name = spec.features[f]
+        if infs[f]:
             raise InputError(
-                f"{where}: variable {name}: {int(sums.inf_count[f])} infinite values; "
+                f"{where}: variable {name}: {int(infs[f])} infinite values; "
                 "infinities are never valid statistics input, fix or mask the data"
             )
-        if sums.nan_count[f] and not skipna:
+        if nans[f] and not skipna:
             raise InputError(
-                f"{where}: variable {name}: {int(sums.nan_count[f])} NaN values; "
+                f"{where}: variable {name}: {int(nans[f])} NaN values; "
                 "rerun with --skipna to leave them out of the statistics"
             )
 
@@ -83,20 +83,21 @@ def blocks_accumulator(
     ranges (:mod:`wxstats.runtime.state`). Every time step is summed with its
     own reference, so the result depends on the blocks' data alone. A stream
     may have several blocks (a sample restricted to the steps a checkpoint
-    lacks, :func:`sample_blocks`), a climatology's block is summed in runs of
-    one group (:func:`~wxstats.core.blocks.group_runs`)."""
+    lacks, :func:`sample_blocks`); a climatology's block is summed whole, each
+    step's sums going to its group's features (the kernel takes the groups)."""
     acc = RunMoments.create(specs, cell_refs)
     for spec in specs:
         given = blocks.get(spec.name, [])
         pieces = [given] if isinstance(given, Block) else given
-        for block, at in (p for b in pieces for p in group_runs(b)):
+        for block in pieces:
             sums = block_sums(block)
             here = block.origin or where  # the file holding these values
-            _refuse_bad_values(here, spec, sums, skipna, at)
+            _refuse_bad_values(here, spec, sums, skipna)
             stream = acc.streams[spec.name]
             if stream.cells is not None and stream.cell_reference is not None:
                 try:
-                    add_block(stream.cells, block, *stream.cell_reference, at)
+                    for piece, at in group_runs(block):
+                        add_block(stream.cells, piece, *stream.cell_reference, at)
                 except CellRangeError:
                     raise InputError(
                         f"{here}: variable(s) {', '.join(spec.features)}: values more than "
@@ -104,7 +105,7 @@ def blocks_accumulator(
                         "(makani's time_means, ACE's time-mean.nc) cannot be summed exactly"
                     ) from None
             try:
-                acc.add(spec.name, sums, at)
+                acc.add(spec.name, sums)
             except NonFiniteSums as exc:
                 bad = ", ".join(spec.features[f] for f in exc.features)
                 raise InputError(

@@ -1,0 +1,101 @@
+"""The reduction, declared once: what summing a block accumulates, per feature.
+
+Each :class:`Quantity` is one number per feature (and, for a per-step one, per
+time step: the summation unit) with its dtype, its identity (what an empty
+block holds) and how two of them merge. This table drives the allocation of a
+block's sums (:class:`wxstats.core.kernels.BlockSums`), the kernel's output
+arrays (:func:`kernel_arrays`, :func:`slot`: the compiled kernel and its numpy
+twin index them by these slots) and the exact moments' fields and packing
+(:class:`wxstats.core.combine.Moments`). Adding a quantity is one row here plus
+the line of the lane template that computes it.
+
+The compiled kernel freezes the slots (:func:`slot`) at compile time, and
+numba's cache of it watches only its own source file: after changing this
+table, clear ``core/__pycache__/*.nb*`` (as after a change to the lane loops).
+
+A block's sums come in *parts*: part 0 is the values, part ``1 + i`` the
+differences of the ``i``-th lag (sorted); a quantity with ``diffs=False`` is
+left at its identity in the differences' parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Merge = Literal["sum", "count", "min", "max"]
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One accumulated number per feature (see the module docstring)."""
+
+    name: str
+    dtype: type[np.generic]
+    identity: float
+    merge: Merge
+    """``sum``: float64 sums per step, made exact (fixed-point limbs) when kept;
+    ``count``: int64, added; ``min``/``max``: float64 extremes."""
+    per_step: bool
+    """A row per time step (each with its own reference), else one total per block."""
+    diffs: bool = True
+    """Also accumulated for the differences (else only for the values)."""
+    weighted_only: bool = False
+    """Present only in a weighted reduction (``--weights``)."""
+    kept: bool = True
+    """Held by the exact moments (else only checked per block: ``inf_count``
+    is refused, never accumulated)."""
+
+
+QUANTITIES: tuple[Quantity, ...] = (
+    Quantity("count", np.int64, 0, "count", per_step=True),
+    Quantity("nan_count", np.int64, 0, "count", per_step=False, diffs=False),
+    Quantity("sum1", np.float64, 0.0, "sum", per_step=True),
+    Quantity("sum2", np.float64, 0.0, "sum", per_step=True),
+    Quantity("weight", np.float64, 0.0, "sum", per_step=True, weighted_only=True),
+    Quantity("minimum", np.float64, np.inf, "min", per_step=False),
+    Quantity("maximum", np.float64, -np.inf, "max", per_step=False),
+    Quantity("inf_count", np.int64, 0, "count", per_step=False, diffs=False, kept=False),
+)
+"""The order is the packing order of the exact moments (counts, then the sums'
+limbs, then the extremes): changing it changes the bytes of checkpoints and
+state files."""
+
+BY_NAME = {q.name: q for q in QUANTITIES}
+KEPT = tuple(q for q in QUANTITIES if q.kept)
+
+
+def _array_of(q: Quantity) -> str:
+    kind = "int" if np.issubdtype(q.dtype, np.integer) else "float"
+    return f"{'steps' if q.per_step else 'totals'}_{kind}"
+
+
+ARRAYS: dict[str, tuple[str, ...]] = {}
+"""The kernel's output arrays, by name, each holding these quantities in
+stacked slots (see :func:`kernel_arrays`)."""
+for _q in QUANTITIES:
+    ARRAYS.setdefault(_array_of(_q), ())
+    ARRAYS[_array_of(_q)] += (_q.name,)
+
+
+def slot(name: str) -> tuple[str, int]:
+    """The kernel array holding quantity ``name`` and its slot there."""
+    array = _array_of(BY_NAME[name])
+    return array, ARRAYS[array].index(name)
+
+
+def kernel_arrays(n_parts: int, n_t: int, n_c: int, n_groups: int = 1) -> dict[str, np.ndarray]:
+    """The kernel's outputs, each slot at its quantity's identity: ``steps_*``
+    (parts, slots, T, C), ``totals_*`` (parts, slots, groups, C), a total per group
+    of time steps (a climatology's month or hour; one group without)."""
+    out = {}
+    for array, names in ARRAYS.items():
+        first = BY_NAME[names[0]]
+        n = len(names)
+        shape = (n_parts, n, n_t, n_c) if first.per_step else (n_parts, n, n_groups, n_c)
+        out[array] = np.empty(shape, dtype=first.dtype)
+        for i, name in enumerate(names):
+            out[array][:, i] = BY_NAME[name].identity
+    return out
