@@ -8,6 +8,9 @@ See the :mod:`wxstats.core.kernels` docstring for the summation structure.
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
@@ -175,3 +178,39 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                 for c in range(n_c):
                     steps_float[p, _SUM1, t, c] += c1[c]
                     steps_float[p, _SUM2, t, c] += c2[c]
+
+
+def _sources_digest() -> int:
+    """A digest of what the cached machine code is compiled from beyond this file:
+    the lane template and the reduction table's slots, frozen in at compile time."""
+    from wxstats.core import _lanes_numba, reduction
+
+    h = hashlib.sha256()
+    for module in (_lanes_numba, reduction):
+        h.update(Path(module.__file__).read_bytes())
+    return int.from_bytes(h.digest()[:7], "little")
+
+
+SOURCES_DIGEST = _sources_digest()
+
+
+@njit(cache=True)
+def compiled_from():
+    # SOURCES_DIGEST as it was when this cache entry was compiled (a global is a constant)
+    return SOURCES_DIGEST
+
+
+def refresh_stale_cache(expected: int = SOURCES_DIGEST) -> bool:
+    """Drop the cached kernel when it was compiled from another lane template or
+    reduction table: numba's cache watches only this file, so a change there
+    would otherwise run stale machine code (wrong slots, wrong numbers). True
+    when the cache was stale and is now compiled afresh."""
+    if compiled_from() == expected:
+        return False
+    for dispatcher in (fold, fold_extremes, _reset, kernel, compiled_from):
+        dispatcher._cache.flush()
+    compiled_from.recompile()
+    return True
+
+
+refresh_stale_cache()
