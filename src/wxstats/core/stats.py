@@ -9,13 +9,15 @@ one model.
 A stream is one group of features reduced together: the MEPS ``state`` and its
 TOA flux, or one variable of one split of a zarr/netCDF dataset. Its
 :class:`StreamLayout` holds its labels: the variable and split it is of, its
-role (*category*: state, forcing, static), its feature dimensions with their
-coordinate values (a level, a ``*_feature`` name; a climatology's ``month`` or
-``hour`` group and a year, :data:`GROUP_DIMS`, are dimensions like the others)
-and the dimensions it was pooled over. A stream's statistics are flat along its
-features (C order of the dimensions); :meth:`StreamStats.to_xarray` gives them
-back along the labels, differences along ``diff_step``. File names
-(``{prefix}__{split}__{op}``) are the writers' business (``wxstats.io``),
+role (state, forcing, static; mllam-data-prep's *category*), its feature
+dimensions with their coordinate values (a level, a ``*_feature`` name; a
+climatology's ``month`` or ``hour`` group and a year, :data:`GROUP_DIMS`, are
+dimensions like the others), whether each feature has its own unit, and the
+dimensions it was pooled over: what the data says, never a file's layout. A
+stream's statistics are flat along its features (C order of the dimensions);
+:meth:`StreamStats.to_xarray` gives them back along the labels, differences
+along ``diff_step``. File names
+(``{variable}__{split}__{op}``) are the writers' business (``wxstats.io``),
 derived from these labels; :meth:`Stats.by_category` joins the streams of one
 split per category, the shape of the JSON summary and of comparisons.
 Everything describing the run rather than the data lives in ``Stats.run``.
@@ -29,17 +31,26 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were defined here
+    MEPS_FLUX,
+    ROLES,
+    RUN_ATTR,
+    coord_label,
+    diff_label,
+    feature_dim,
+    feature_names,
+    long_name_coord,
+    span_name,
+    step_text,
+    stream_name,
+    units_coord,
+)
 from wxstats.core.errors import WxstatsError
-from wxstats.core.timespan import diff_label, span_name, step_text
 
-CATEGORIES = ("state", "forcing", "static")
+CATEGORIES = ROLES
+"""A stream's roles (mllam-data-prep's *categories*), :data:`~wxstats.core.conventions.ROLES`."""
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
-RUN_ATTR = "wxstats_run"
-"""The global attribute of every statistics file wxstats writes (the run record):
-how a dataset glob recognizes an earlier output and leaves it out."""
-MEPS_FLUX = "toa_downwelling_shortwave_flux"
-"""The forcing of neural-lam's MEPS datastore (its ``[mean, std]`` is ``flux_stats.pt``)."""
 GROUP_DIMS = ("month", "hour", "year")
 """Feature dimensions of ``--by`` (a climatology's group, a year): groups, not levels."""
 POOLED_ATTR = "pooled over"
@@ -50,60 +61,45 @@ DIFF_SPAN = "diff_span"
 """The time span of each difference step (``6h``), a string coordinate along ``diff_step``."""
 
 
-def stream_name(variable: str, split: str) -> str:
-    """The key of the stream of ``variable`` in ``split`` (``t2m__train``): how
-    sources key their blocks and :attr:`Stats.streams` its statistics, the
-    prefix of mllam-data-prep's ``{variable}__{split}__{op}`` names."""
-    return f"{variable}__{split}"
-
-
-def coord_label(value: Any) -> str:
-    """A coordinate value as text in a feature name (``500.0`` -> ``500``)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (np.floating, float)) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, np.generic):
-        return str(value.item())
-    return str(value)
-
-
-def feature_names(variable: str, labels: list[list[str]], prefixed: bool = True) -> list[str]:
-    """The flat feature names of a stream along dimensions whose coordinate
-    values read ``labels`` (C order): ``z_500``, ``t2m_1`` (month 1), or the
-    bare labels (``prefixed=False``: a ``*_feature`` dimension names its
-    features itself); ``variable`` alone without dimensions."""
-    if not labels:
-        return [variable]
-    head = [variable] if prefixed else []
-    return [
-        "_".join(head + [labels[i][j] for i, j in enumerate(combo)])
-        for combo in np.ndindex(*[len(x) for x in labels])
-    ]
-
-
 @dataclass(frozen=True)
 class StreamLayout:
-    """A stream's labels: what its flat statistics are of.
+    """A stream's labels: what its flat statistics are of, as the data says.
 
-    ``prefix`` is the variable (or MEPS category) and ``split`` the split the
-    stream is of; ``category`` its role. ``features`` are the C-order product
-    of ``feature_dims`` (none: one scalar feature), which may lead with a
-    group dimension (:data:`GROUP_DIMS`); ``coords`` are labels along them
-    (name -> (dims, values) or (dims, values, attributes)). ``unit_attribute``:
-    the unit is a label of every feature, not of the stream (MEPS files carry
-    units only as a coordinate). Writers derive their names from these.
+    ``variable`` is what the stream is of (a dataset variable; MEPS's and
+    anemoi's stacks of variables are named by their role), ``split`` the split
+    and ``role`` what it is to a model (:data:`~wxstats.core.conventions.ROLES`).
+    ``features`` are the C-order product of ``feature_dims`` (none: one scalar
+    feature), which may lead with a group dimension (:data:`GROUP_DIMS`);
+    ``coords`` are labels along them (name -> (dims, values) or (dims, values,
+    attributes)). ``units_per_feature``: a stack of variables, each feature with
+    its own unit (MEPS's state), rather than one variable with one unit. Writers
+    derive file names, flat feature names and where units go from these.
     """
 
-    prefix: str
+    variable: str
     split: str
     feature_dims: tuple[str, ...] = ()
     feature_shape: tuple[int, ...] = ()
     coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    category: str = "state"
-    unit_attribute: bool = True
+    role: str = "state"
+    units_per_feature: bool = False
     attrs: dict[str, str] = field(default_factory=dict)
     """Attributes of every statistic of the stream in a file (``pooled over``)."""
+
+    @property
+    def prefix(self) -> str:
+        """The old name of :attr:`variable` (kept for callers of 0.x)."""
+        return self.variable
+
+    @property
+    def category(self) -> str:
+        """The old name of :attr:`role` (kept for callers of 0.x)."""
+        return self.role
+
+    @property
+    def unit_attribute(self) -> bool:
+        """The old, inverse name of :attr:`units_per_feature` (kept for callers of 0.x)."""
+        return not self.units_per_feature
 
     @property
     def group_dims(self) -> tuple[str, ...]:
@@ -128,28 +124,45 @@ class StreamLayout:
         return array.reshape(tuple(lead) + tuple(self.feature_shape))
 
 
-def flat_layout(
-    category: str, split: str, features: list[str], units: list[str], long_names: list[str]
-) -> StreamLayout:
-    """A ``{category}__{split}__{op}`` layout along ``{category}_feature``,
-    the feature names, units and long names as coordinates (neural-lam's MEPS
-    streams, and mllam-data-prep's categories)."""
-    dim = f"{category}_feature"
-    coords: dict[str, tuple[tuple[str, ...], Any]] = {
-        dim: ((dim,), np.asarray(features, dtype=object)),
-        f"{dim}_units": ((dim,), np.asarray(units, dtype=object)),
-    }
-    if long_names:
-        coords[f"{dim}_long_name"] = ((dim,), np.asarray(long_names, dtype=object))
+def listed_features(role: str, split: str, features: list[str]) -> StreamLayout:
+    """The labels of a stack of named variables of ``role`` (MEPS's state, an
+    anemoi dataset's data), along ``{role}_feature``, each with its own unit:
+    what a source hands over; units and long names stay in its :class:`StreamSpec`."""
+    dim = feature_dim(role)
     return StreamLayout(
-        prefix=category,
+        variable=role,
         split=split,
         feature_dims=(dim,),
         feature_shape=(len(features),),
-        coords=coords,
-        category=category,
-        unit_attribute=False,
+        coords={dim: ((dim,), np.asarray(features, dtype=object))},
+        role=role,
+        units_per_feature=True,
     )
+
+
+def with_feature_units(
+    layout: StreamLayout, units: list[str], long_names: list[str]
+) -> StreamLayout:
+    """``layout`` with each feature's unit and long name as coordinates along its
+    one feature dimension (``state_feature_units``), where its units are per
+    feature and it lacks them: how a file and the labelled view carry them."""
+    if not layout.units_per_feature or len(layout.feature_dims) != 1:
+        return layout
+    dim = layout.feature_dims[0]
+    coords = dict(layout.coords)
+    if units_coord(dim) not in coords:
+        coords[units_coord(dim)] = ((dim,), np.asarray(units, dtype=object))
+    if long_names and long_name_coord(dim) not in coords:
+        coords[long_name_coord(dim)] = ((dim,), np.asarray(long_names, dtype=object))
+    return replace(layout, coords=coords)
+
+
+def flat_layout(
+    category: str, split: str, features: list[str], units: list[str], long_names: list[str]
+) -> StreamLayout:
+    """:func:`listed_features` with the units and long names as coordinates
+    (a file's layout: readers of files that keep flat names only)."""
+    return with_feature_units(listed_features(category, split, features), units, long_names)
 
 
 def weighting(attrs: dict[str, Any]) -> str:
@@ -261,7 +274,7 @@ class StreamStats:
 
     @property
     def category(self) -> str:
-        return self.layout.category if self.layout is not None else "state"
+        return self.layout.role if self.layout is not None else "state"
 
     @property
     def split(self) -> str | None:
@@ -275,15 +288,16 @@ class StreamStats:
     @property
     def labels(self) -> StreamLayout:
         """The stream's labels: its layout when that labels every feature, else
-        its features along ``{category}_feature`` (a file that keeps flat names only)."""
+        its features along ``{role}_feature`` (a file that keeps flat names only);
+        units and long names of a stack of variables as coordinates."""
         lay = self.layout
-        if lay is not None and int(np.prod(lay.feature_shape)) == len(self.features):
-            return lay
         n = len(self.features)
+        if lay is None or int(np.prod(lay.feature_shape)) != n:
+            flat = listed_features(self.category, self.split or "", self.features)
+            lay = replace(flat, variable=lay.variable if lay is not None else self.name)
         units = list(self.units) if len(self.units) == n else [""] * n
         names = list(self.long_names) if len(self.long_names) == n else []
-        flat = flat_layout(self.category, self.split or "", self.features, units, names)
-        return replace(flat, prefix=lay.prefix if lay is not None else self.name)
+        return with_feature_units(lay, units, names)
 
     def diff_steps(self) -> list[int | None]:
         """The difference steps, in order (``None``: a file that does not say its step)."""
@@ -335,7 +349,7 @@ class StreamStats:
 
         variables, coords = self.labelled()
         lay = self.labels
-        attrs = {"variable": lay.prefix, "split": lay.split, "category": lay.category}
+        attrs = {"variable": lay.variable, "split": lay.split, "category": lay.role}
         if lay.pooled_dims:
             attrs[POOLED_ATTR] = ", ".join(lay.pooled_dims)
         return xr.Dataset(variables, coords=coords, attrs=attrs)
@@ -392,9 +406,9 @@ class Stats:
         groups: dict[str, list[StreamStats]] = {}
         for stream in self.streams.values():
             if stream.split in (chosen, None):
-                category = stream.category if stream.category in CATEGORIES else "state"
+                category = stream.category if stream.category in ROLES else "state"
                 groups.setdefault(category, []).append(stream)
-        return {c: concatenate(c, groups[c], chosen) for c in CATEGORIES if c in groups}
+        return {c: concatenate(c, groups[c], chosen) for c in ROLES if c in groups}
 
     def to_summary(self) -> dict[str, Any]:
         """The JSON summary (see :func:`summary_dict`)."""
@@ -467,7 +481,7 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
             join("maximum"),
         )
     first = streams[0].layout if streams else None
-    layout = StreamLayout(prefix=name, split=split or "", category=name) if first else None
+    layout = StreamLayout(variable=name, split=split or "", role=name) if first else None
     return StreamStats(
         name=name,
         features=[f for s in streams for f in s.features],
@@ -581,5 +595,5 @@ def summary_dict(stats: Stats) -> dict[str, Any]:
 
 
 def with_layout(stream: StreamStats, layout: StreamLayout) -> StreamStats:
-    """``stream`` placed elsewhere (another split or prefix)."""
+    """``stream`` placed elsewhere (another split or variable)."""
     return replace(stream, layout=layout)

@@ -160,7 +160,7 @@ def _series(stream: StreamStats, last: int, weighted: bool = False) -> list[Year
     rest = [d for d in dims if d != YEAR_DIM]
     labels = []
     for index in np.ndindex(*[layout.feature_shape[dims.index(d)] for d in rest]):
-        parts = [layout.prefix]
+        parts = [layout.variable]
         for d, i in zip(rest, index, strict=True):
             parts.append(str(layout.coords[d][1][i]) if d in layout.coords else str(i))
         labels.append("_".join(parts))

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError
 from wxstats.core.stats import VALUE_OPS, DiffStats, Stats, StreamLayout, StreamStats
-from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 
 
@@ -47,7 +47,7 @@ def _stream(name: str, ops: dict[str, np.ndarray], split: str, **fields: Any) ->
         minimum=ops.get("min"),
         maximum=ops.get("max"),
         nan_count=ops.get("nan_count"),
-        layout=StreamLayout(prefix=name, split=split, category=name),
+        layout=StreamLayout(variable=name, split=split, role=name),
         **fields,
     )
 
