@@ -7,18 +7,13 @@ extremes: those are ``None``). Reports, comparisons and writers all take this
 one model.
 
 A stream is one group of features reduced together: the MEPS ``state`` and its
-TOA flux, or one variable of one split of a zarr/netCDF dataset. Its
-:class:`StreamLayout` holds its labels: the variable and split it is of, its
-role (state, forcing, static; mllam-data-prep's *category*), its feature
-dimensions with their coordinate values (a level, a ``*_feature`` name; a
-climatology's ``month`` or ``hour`` group and a year, :data:`GROUP_DIMS`, are
-dimensions like the others), whether each feature has its own unit, and the
-dimensions it was pooled over: what the data says, never a file's layout. A
-stream's statistics are flat along its features (C order of the dimensions);
-:meth:`StreamStats.to_xarray` gives them back along the labels, differences
-along ``diff_step``. File names
-(``{variable}__{split}__{op}``) are the writers' business (``wxstats.io``),
-derived from these labels; :meth:`Stats.by_category` joins the streams of one
+TOA flux, or one variable of one split of a zarr/netCDF dataset, labelled by its
+:class:`~wxstats.core.streams.StreamLayout` (what the data says, never a file's
+layout). A stream's statistics are flat along its features (C order of the
+dimensions); :meth:`StreamStats.to_xarray` gives them back along the labels,
+differences along ``diff_step``. File names (``{variable}__{split}__{op}``) are
+the writers' business (``wxstats.io``), derived from these labels;
+:meth:`Stats.by_category` joins the streams of one
 split per category, the shape of the JSON summary and of comparisons.
 Everything describing the run rather than the data lives in ``Stats.run``.
 """
@@ -46,123 +41,25 @@ from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were de
     units_coord,
 )
 from wxstats.core.errors import WxstatsError
+from wxstats.core.streams import (  # noqa: F401 - re-exported: they were defined here
+    GROUP_DIMS,
+    POOLED_ATTR,
+    Pooling,
+    StreamLayout,
+    StreamSpec,
+    flat_layout,
+    listed_features,
+    with_feature_units,
+)
 
 CATEGORIES = ROLES
 """A stream's roles (mllam-data-prep's *categories*), :data:`~wxstats.core.conventions.ROLES`."""
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
-GROUP_DIMS = ("month", "hour", "year")
-"""Feature dimensions of ``--by`` (a climatology's group, a year): groups, not levels."""
-POOLED_ATTR = "pooled over"
-"""The attribute of a pooled stream's statistics naming the dimensions pooled over."""
 DIFF_DIM = "diff_step"
 """The dimension of difference statistics in a labelled view (steps as the source counts them)."""
 DIFF_SPAN = "diff_span"
 """The time span of each difference step (``6h``), a string coordinate along ``diff_step``."""
-
-
-@dataclass(frozen=True)
-class StreamLayout:
-    """A stream's labels: what its flat statistics are of, as the data says.
-
-    ``variable`` is what the stream is of (a dataset variable; MEPS's and
-    anemoi's stacks of variables are named by their role), ``split`` the split
-    and ``role`` what it is to a model (:data:`~wxstats.core.conventions.ROLES`).
-    ``features`` are the C-order product of ``feature_dims`` (none: one scalar
-    feature), which may lead with a group dimension (:data:`GROUP_DIMS`);
-    ``coords`` are labels along them (name -> (dims, values) or (dims, values,
-    attributes)). ``units_per_feature``: a stack of variables, each feature with
-    its own unit (MEPS's state), rather than one variable with one unit. Writers
-    derive file names, flat feature names and where units go from these.
-    """
-
-    variable: str
-    split: str
-    feature_dims: tuple[str, ...] = ()
-    feature_shape: tuple[int, ...] = ()
-    coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    role: str = "state"
-    units_per_feature: bool = False
-    attrs: dict[str, str] = field(default_factory=dict)
-    """Attributes of every statistic of the stream in a file (``pooled over``)."""
-
-    @property
-    def prefix(self) -> str:
-        """The old name of :attr:`variable` (kept for callers of 0.x)."""
-        return self.variable
-
-    @property
-    def category(self) -> str:
-        """The old name of :attr:`role` (kept for callers of 0.x)."""
-        return self.role
-
-    @property
-    def unit_attribute(self) -> bool:
-        """The old, inverse name of :attr:`units_per_feature` (kept for callers of 0.x)."""
-        return not self.units_per_feature
-
-    @property
-    def group_dims(self) -> tuple[str, ...]:
-        """The feature dimensions that are a climatology's groups or years."""
-        return tuple(d for d in self.feature_dims if d in GROUP_DIMS)
-
-    @property
-    def pooled_dims(self) -> tuple[str, ...]:
-        """The dimensions the stream's features were pooled over (``--pool``)."""
-        text = self.attrs.get(POOLED_ATTR, "")
-        return tuple(d.strip() for d in text.split(",") if d.strip())
-
-    def values(self, dim: str) -> np.ndarray:
-        """The coordinate values along ``dim`` (positions where it has none)."""
-        if dim in self.coords and tuple(self.coords[dim][0]) == (dim,):
-            return np.asarray(self.coords[dim][1])
-        return np.arange(self.feature_shape[self.feature_dims.index(dim)])
-
-    def shaped(self, values: Any, lead: tuple[int, ...] = ()) -> np.ndarray:
-        """Flat per-feature ``values`` (after ``lead`` leading axes) along the labels."""
-        array = np.asarray(values)
-        return array.reshape(tuple(lead) + tuple(self.feature_shape))
-
-
-def listed_features(role: str, split: str, features: list[str]) -> StreamLayout:
-    """The labels of a stack of named variables of ``role`` (MEPS's state, an
-    anemoi dataset's data), along ``{role}_feature``, each with its own unit:
-    what a source hands over; units and long names stay in its :class:`StreamSpec`."""
-    dim = feature_dim(role)
-    return StreamLayout(
-        variable=role,
-        split=split,
-        feature_dims=(dim,),
-        feature_shape=(len(features),),
-        coords={dim: ((dim,), np.asarray(features, dtype=object))},
-        role=role,
-        units_per_feature=True,
-    )
-
-
-def with_feature_units(
-    layout: StreamLayout, units: list[str], long_names: list[str]
-) -> StreamLayout:
-    """``layout`` with each feature's unit and long name as coordinates along its
-    one feature dimension (``state_feature_units``), where its units are per
-    feature and it lacks them: how a file and the labelled view carry them."""
-    if not layout.units_per_feature or len(layout.feature_dims) != 1:
-        return layout
-    dim = layout.feature_dims[0]
-    coords = dict(layout.coords)
-    if units_coord(dim) not in coords:
-        coords[units_coord(dim)] = ((dim,), np.asarray(units, dtype=object))
-    if long_names and long_name_coord(dim) not in coords:
-        coords[long_name_coord(dim)] = ((dim,), np.asarray(long_names, dtype=object))
-    return replace(layout, coords=coords)
-
-
-def flat_layout(
-    category: str, split: str, features: list[str], units: list[str], long_names: list[str]
-) -> StreamLayout:
-    """:func:`listed_features` with the units and long names as coordinates
-    (a file's layout: readers of files that keep flat names only)."""
-    return with_feature_units(listed_features(category, split, features), units, long_names)
 
 
 def weighting(attrs: dict[str, Any]) -> str:
@@ -172,44 +69,6 @@ def weighting(attrs: dict[str, Any]) -> str:
     if not weights or weights.startswith("none"):
         return "unweighted"
     return f"weighted by grid point (sum(w x) / sum(w)), weights: {weights}"
-
-
-@dataclass(frozen=True)
-class Pooling:
-    """A stream's features taken together over some of its feature dimensions
-    (``--pool level``): one pooled statistic per group of features, written as
-    the stream ``name`` laid out along the remaining dimensions."""
-
-    name: str
-    dims: tuple[str, ...]
-    groups: tuple[tuple[int, ...], ...]
-    """The features of the stream in each pooled feature (C order of the rest)."""
-    features: list[str]
-    units: list[str]
-    long_names: list[str]
-    layout: StreamLayout
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """One group of features reduced together, as a source declares it."""
-
-    name: str
-    features: list[str]
-    units: list[str]
-    diff_steps: tuple[int, ...] = ()
-    long_names: list[str] = field(default_factory=list)
-    layout: StreamLayout | None = None
-    weighted: bool = False
-    """Its blocks carry grid-point weights (``--weights``): weighted means and stds."""
-    cell_grid_points: int = 0
-    """Also sum every grid point over time (its time means, makani's ``time_means``):
-    the number of grid points, 0 for none."""
-    diff_span: dict[int, int] = field(default_factory=dict)
-    """Seconds of the time span of each difference step, where the source knows it
-    (see :attr:`StreamStats.diff_span`)."""
-    pooled: Pooling | None = None
-    """Also the statistics of groups of its features taken together (``--pool``)."""
 
 
 @dataclass
@@ -411,8 +270,10 @@ class Stats:
         return {c: concatenate(c, groups[c], chosen) for c in ROLES if c in groups}
 
     def to_summary(self) -> dict[str, Any]:
-        """The JSON summary (see :func:`summary_dict`)."""
-        return summary_dict(self)
+        """The statistics as plain data, the JSON summary's content
+        (:func:`wxstats.io.formats.summary.summary_dict`, registered with
+        :func:`summary_builder`, like :meth:`to_xarray`'s layout)."""
+        return _built("summary", "the JSON summary")(self)
 
     def to_xarray(self) -> Any:
         """Every stream's labelled view (:meth:`StreamStats.to_xarray`: feature
@@ -422,22 +283,36 @@ class Stats:
         file's variables, coordinates and attributes, in memory. The names are
         the statistics file's (:func:`wxstats.io.formats.netcdf.stats_dataset`,
         registered with :func:`dataset_builder`): core names no file."""
-        if not _DATASET_BUILDER:
-            raise WxstatsError(
-                "Stats.to_xarray needs the statistics file layout: import wxstats.io.read first"
-            )
-        return _DATASET_BUILDER[0](self)
+        return _built("xarray", "the statistics file layout")(self)
 
 
-_DATASET_BUILDER: list[Callable[[Stats], Any]] = []
+_BUILDERS: dict[str, Callable[[Stats], Any]] = {}
+"""What :meth:`Stats.to_xarray` and :meth:`Stats.to_summary` call: the io layer's
+layouts, registered when their modules are imported (every ``Stats`` that
+``wxstats.compute`` or ``wxstats.read`` returns has imported them)."""
+
+
+def _built(key: str, what: str) -> Callable[[Stats], Any]:
+    if key not in _BUILDERS:
+        raise WxstatsError(f"Stats needs {what}: import wxstats.io.read first")
+    return _BUILDERS[key]
 
 
 def dataset_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
-    """Register what :meth:`Stats.to_xarray` calls (the io layer's statistics file
-    layout, registered when that module is imported: every ``Stats`` that
-    ``wxstats.compute`` or ``wxstats.read`` returns has imported it)."""
-    _DATASET_BUILDER[:] = [build]
+    """Register what :meth:`Stats.to_xarray` calls (the statistics file's layout)."""
+    _BUILDERS["xarray"] = build
     return build
+
+
+def summary_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
+    """Register what :meth:`Stats.to_summary` calls (the JSON summary's schema)."""
+    _BUILDERS["summary"] = build
+    return build
+
+
+def summary_dict(stats: Stats) -> dict[str, Any]:
+    """The JSON summary of ``stats`` (kept for callers of 0.x: :meth:`Stats.to_summary`)."""
+    return stats.to_summary()
 
 
 def concatenate(name: str, streams: list[StreamStats], split: str | None = None) -> StreamStats:
@@ -500,98 +375,6 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
         missing={m for s in streams for m in s.missing},
         diff_span={k: v for s in streams for k, v in s.diff_span.items()},
     )
-
-
-# -- the JSON summary: the model as plain data --------------------------------------
-def _floats(values: np.ndarray) -> list[float | None]:
-    return [None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=np.float64)]
-
-
-def _ints(values: np.ndarray) -> list[int]:
-    return [int(v) for v in values]
-
-
-def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
-    """One entry per feature (forcing and static features in the summary), with
-    every statistic the stream has: NaN count and differences too."""
-    out = {}
-    for f, feature in enumerate(stream.features):
-        entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
-        for op in ("mean", "std", "min", "max"):
-            values = stream.op(op)
-            entry[op] = None if values is None else float(values[f])
-        if stream.nan_count is not None:
-            entry["nan_count"] = int(stream.nan_count[f])
-        if stream.diff:
-            entry["diff"] = {
-                str(k): {
-                    op: values if op == "span" else values[0]
-                    for op, values in _diff_entry(d, stream.diff_span_name(k), f).items()
-                }
-                for k, d in sorted(stream.diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-            }
-        out[feature] = entry
-    return out
-
-
-def _diff_entry(d: DiffStats, span: str | None, feature: int | None = None) -> dict[str, Any]:
-    """The difference statistics of every feature (or of one: lists of one), with
-    the step's time span (``6h``) when known: the key counts hours or steps."""
-    pick = slice(None) if feature is None else slice(feature, feature + 1)
-    entry: dict[str, Any] = {} if span is None else {"span": span}
-    entry.update(count=_ints(d.count[pick]), mean=_floats(d.mean[pick]))
-    entry["std"] = _floats(d.std[pick])
-    if d.minimum is not None and d.maximum is not None:
-        entry.update(min=_floats(d.minimum[pick]), max=_floats(d.maximum[pick]))
-    return entry
-
-
-def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
-    groups = stats.by_category(split)
-    state = groups.get("state") or concatenate("state", [], split)
-    summary: dict[str, Any] = {
-        "variables": list(state.features),
-        "units": list(state.units),
-        "state": {
-            "count": _ints(state.count),
-            "mean": _floats(state.mean),
-            "std": _floats(state.std),
-            "min": _floats(state.minimum),
-            "max": _floats(state.maximum),
-            "nan_count": _ints(state.nan_count),
-        },
-        "diff": {
-            str(k): _diff_entry(d, state.diff_span_name(k)) for k, d in sorted(state.diff.items())
-        },
-        "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
-        "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
-        "warnings": list(stats.warnings),
-        "run": dict(stats.run),
-    }
-    if "static" in groups:
-        summary["static"] = _entries(groups["static"])
-    return summary
-
-
-def summary_dict(stats: Stats) -> dict[str, Any]:
-    """The statistics as plain data, floats as float64 (exact through ``json``).
-
-    The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
-    ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
-    A zarr/netCDF run gives its first split at the top level and every split
-    under ``splits``. Only ``run`` describes the run: two runs over the same
-    data give equal summaries but for it.
-    """
-    splits = stats.splits()
-    if stats.source_kind != "xarray":
-        return _split_summary(stats, None)
-    out = _split_summary(stats, splits[0])
-    out["splits"] = {}
-    for split in splits:
-        entry = _split_summary(stats, split)
-        entry.pop("run")
-        out["splits"][split] = entry
-    return out
 
 
 def with_layout(stream: StreamStats, layout: StreamLayout) -> StreamStats:

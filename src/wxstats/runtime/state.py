@@ -25,7 +25,7 @@ from wxstats.core.conventions import long_name_coord, units_coord
 from wxstats.core.errors import WxstatsError
 from wxstats.core.partial import Coverage as Units
 from wxstats.core.partial import Partial
-from wxstats.core.stats import Pooling, StreamLayout, StreamSpec, with_feature_units
+from wxstats.core.streams import Pooling, StreamLayout, StreamSpec, with_feature_units
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
 from wxstats.runtime.identity import VERSION, first_difference, run_identity

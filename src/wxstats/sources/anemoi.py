@@ -32,7 +32,7 @@ import numpy as np
 from wxstats.core.conventions import span_name, span_seconds
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import StreamSpec, listed_features
+from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps

@@ -26,7 +26,7 @@ import numpy as np
 from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import StreamSpec, listed_features
+from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.npy import load_npy, npy_header

@@ -27,7 +27,7 @@ from wxstats.core.conventions import (
     units_coord,
 )
 from wxstats.core.errors import InputError
-from wxstats.core.stats import POOLED_ATTR, Pooling, StreamLayout, StreamSpec
+from wxstats.core.streams import POOLED_ATTR, Pooling, StreamLayout, StreamSpec
 from wxstats.sources.xarray.open import is_zarr
 from wxstats.sources.xarray.timeaxis import Part, Split, label
 
