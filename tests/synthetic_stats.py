@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wxstats.core.stats import DiffStats, Stats, StreamStats, flat_layout
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
 from wxstats.io.formats.netcdf import netcdf_writer
 
 SUSPICIOUS = {
@@ -61,7 +61,7 @@ def synthetic_stats(n_vars: int = 100, seed: int = 0) -> Stats:
         nan_count=nan_count,
         diff=diff,
         long_names=list(names),
-        layout=flat_layout("state", "train", names, units, list(names)),
+        layout=listed_features("state", "train", names),
     )
     flux = StreamStats(
         name="toa_flux",
@@ -73,7 +73,7 @@ def synthetic_stats(n_vars: int = 100, seed: int = 0) -> Stats:
         minimum=np.array([0.0]),
         maximum=np.array([1300.0]),
         nan_count=np.array([0]),
-        layout=flat_layout("forcing", "train", ["toa_flux"], ["W/m**2"], ["toa_flux"]),
+        layout=listed_features("forcing", "train", ["toa_flux"]),
     )
     return Stats("synthetic", {"state": state, "toa_flux": flux})
 

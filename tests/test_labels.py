@@ -145,3 +145,72 @@ def test_a_summary_keeps_flat_feature_names_as_labels(plain):
         np.testing.assert_allclose(float(got["mean"]), mean, rtol=1e-12)
         np.testing.assert_allclose(float(got["std"]), std, rtol=1e-10)
         assert int(got["count"]) == x.size
+
+
+def test_a_meps_source_gives_labels_and_the_file_carries_its_units(meps_small):
+    """The MEPS source hands over labels only (its variables along
+    ``state_feature``, each with its own unit); the statistics file puts each
+    feature's unit and long name, as the datastore config names them, in
+    coordinates and writes no stream-wide ``units`` attribute."""
+    import yaml
+
+    from wxstats.sources.meps import MepsSource
+
+    dataset = yaml.safe_load(meps_small.read_text())["dataset"]
+    source = MepsSource(meps_small)
+    state = source.streams[0].layout
+    assert (state.variable, state.role, state.units_per_feature) == ("state", "state", True)
+    assert set(state.coords) == {"state_feature"}
+    assert list(state.coords["state_feature"][1]) == dataset["var_names"]
+    ds = wxstats.compute(meps_small).to_xarray()
+    mean = ds["state__train__mean"]
+    assert list(mean["state_feature"].values) == dataset["var_names"]
+    assert list(mean["state_feature_units"].values) == dataset["var_units"]
+    assert list(mean["state_feature_long_name"].values) == dataset["var_longnames"]
+    flux = ds["forcing__train__mean"]
+    assert list(flux["forcing_feature_units"].values) == ["W/m**2"]
+    assert "units" not in mean.attrs and "units" not in flux.attrs
+
+
+# a MEPS state file's forcing stream as wxstats 0.x wrote it (keys and coordinates
+# from before labels were named for what they mean)
+OLD_SPEC = {
+    "diff_span": {},
+    "diff_steps": [],
+    "features": ["toa_downwelling_shortwave_flux"],
+    "layout": {
+        "category": "forcing",
+        "coords": {
+            "forcing_feature": [["forcing_feature"], ["toa_downwelling_shortwave_flux"], "|O"],
+            "forcing_feature_long_name": [
+                ["forcing_feature"],
+                ["toa_downwelling_shortwave_flux"],
+                "|O",
+            ],
+            "forcing_feature_units": [["forcing_feature"], ["W/m**2"], "|O"],
+        },
+        "feature_dims": ["forcing_feature"],
+        "feature_shape": [1],
+        "prefix": "forcing",
+        "split": "train",
+        "unit_attribute": False,
+    },
+    "long_names": ["toa_downwelling_shortwave_flux"],
+    "name": "toa_downwelling_shortwave_flux",
+    "units": ["W/m**2"],
+    "weighted": False,
+}
+
+
+def test_a_state_files_layout_reads_as_labels_and_writes_back_the_same_json():
+    """An existing state file's stream reads as the source's labels (variable,
+    role, units per feature; no unit coordinates), and writes the same JSON."""
+    import json
+
+    from wxstats.runtime.state import _spec_json, _spec_of
+
+    spec = _spec_of(OLD_SPEC)
+    lay = spec.layout
+    assert (lay.variable, lay.split, lay.role) == ("forcing", "train", "forcing")
+    assert lay.units_per_feature and set(lay.coords) == {"forcing_feature"}
+    assert json.dumps(_spec_json(spec), sort_keys=True) == json.dumps(OLD_SPEC, sort_keys=True)

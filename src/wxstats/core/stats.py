@@ -7,16 +7,13 @@ extremes: those are ``None``). Reports, comparisons and writers all take this
 one model.
 
 A stream is one group of features reduced together: the MEPS ``state`` and its
-TOA flux, or one variable of one split of a zarr/netCDF dataset. Its
-:class:`StreamLayout` holds its labels: the variable and split it is of, its
-role (*category*: state, forcing, static), its feature dimensions with their
-coordinate values (a level, a ``*_feature`` name; a climatology's ``month`` or
-``hour`` group and a year, :data:`GROUP_DIMS`, are dimensions like the others)
-and the dimensions it was pooled over. A stream's statistics are flat along its
-features (C order of the dimensions); :meth:`StreamStats.to_xarray` gives them
-back along the labels, differences along ``diff_step``. File names
-(``{prefix}__{split}__{op}``) are the writers' business (``wxstats.io``),
-derived from these labels; :meth:`Stats.by_category` joins the streams of one
+TOA flux, or one variable of one split of a zarr/netCDF dataset, labelled by its
+:class:`~wxstats.core.streams.StreamLayout` (what the data says, never a file's
+layout). A stream's statistics are flat along its features (C order of the
+dimensions); :meth:`StreamStats.to_xarray` gives them back along the labels,
+differences along ``diff_step``. File names (``{variable}__{split}__{op}``) are
+the writers' business (``wxstats.io``), derived from these labels;
+:meth:`Stats.by_category` joins the streams of one
 split per category, the shape of the JSON summary and of comparisons.
 Everything describing the run rather than the data lives in ``Stats.run``.
 """
@@ -29,127 +26,40 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were defined here
+    MEPS_FLUX,
+    ROLES,
+    RUN_ATTR,
+    coord_label,
+    diff_label,
+    feature_dim,
+    feature_names,
+    long_name_coord,
+    span_name,
+    step_text,
+    stream_name,
+    units_coord,
+)
 from wxstats.core.errors import WxstatsError
-from wxstats.core.timespan import diff_label, span_name, step_text
+from wxstats.core.streams import (  # noqa: F401 - re-exported: they were defined here
+    GROUP_DIMS,
+    POOLED_ATTR,
+    Pooling,
+    StreamLayout,
+    StreamSpec,
+    flat_layout,
+    listed_features,
+    with_feature_units,
+)
 
-CATEGORIES = ("state", "forcing", "static")
+CATEGORIES = ROLES
+"""A stream's roles (mllam-data-prep's *categories*), :data:`~wxstats.core.conventions.ROLES`."""
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
-RUN_ATTR = "wxstats_run"
-"""The global attribute of every statistics file wxstats writes (the run record):
-how a dataset glob recognizes an earlier output and leaves it out."""
-MEPS_FLUX = "toa_downwelling_shortwave_flux"
-"""The forcing of neural-lam's MEPS datastore (its ``[mean, std]`` is ``flux_stats.pt``)."""
-GROUP_DIMS = ("month", "hour", "year")
-"""Feature dimensions of ``--by`` (a climatology's group, a year): groups, not levels."""
-POOLED_ATTR = "pooled over"
-"""The attribute of a pooled stream's statistics naming the dimensions pooled over."""
 DIFF_DIM = "diff_step"
 """The dimension of difference statistics in a labelled view (steps as the source counts them)."""
 DIFF_SPAN = "diff_span"
 """The time span of each difference step (``6h``), a string coordinate along ``diff_step``."""
-
-
-def stream_name(variable: str, split: str) -> str:
-    """The key of the stream of ``variable`` in ``split`` (``t2m__train``): how
-    sources key their blocks and :attr:`Stats.streams` its statistics, the
-    prefix of mllam-data-prep's ``{variable}__{split}__{op}`` names."""
-    return f"{variable}__{split}"
-
-
-def coord_label(value: Any) -> str:
-    """A coordinate value as text in a feature name (``500.0`` -> ``500``)."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (np.floating, float)) and float(value).is_integer():
-        return str(int(value))
-    if isinstance(value, np.generic):
-        return str(value.item())
-    return str(value)
-
-
-def feature_names(variable: str, labels: list[list[str]], prefixed: bool = True) -> list[str]:
-    """The flat feature names of a stream along dimensions whose coordinate
-    values read ``labels`` (C order): ``z_500``, ``t2m_1`` (month 1), or the
-    bare labels (``prefixed=False``: a ``*_feature`` dimension names its
-    features itself); ``variable`` alone without dimensions."""
-    if not labels:
-        return [variable]
-    head = [variable] if prefixed else []
-    return [
-        "_".join(head + [labels[i][j] for i, j in enumerate(combo)])
-        for combo in np.ndindex(*[len(x) for x in labels])
-    ]
-
-
-@dataclass(frozen=True)
-class StreamLayout:
-    """A stream's labels: what its flat statistics are of.
-
-    ``prefix`` is the variable (or MEPS category) and ``split`` the split the
-    stream is of; ``category`` its role. ``features`` are the C-order product
-    of ``feature_dims`` (none: one scalar feature), which may lead with a
-    group dimension (:data:`GROUP_DIMS`); ``coords`` are labels along them
-    (name -> (dims, values) or (dims, values, attributes)). ``unit_attribute``:
-    the unit is a label of every feature, not of the stream (MEPS files carry
-    units only as a coordinate). Writers derive their names from these.
-    """
-
-    prefix: str
-    split: str
-    feature_dims: tuple[str, ...] = ()
-    feature_shape: tuple[int, ...] = ()
-    coords: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    category: str = "state"
-    unit_attribute: bool = True
-    attrs: dict[str, str] = field(default_factory=dict)
-    """Attributes of every statistic of the stream in a file (``pooled over``)."""
-
-    @property
-    def group_dims(self) -> tuple[str, ...]:
-        """The feature dimensions that are a climatology's groups or years."""
-        return tuple(d for d in self.feature_dims if d in GROUP_DIMS)
-
-    @property
-    def pooled_dims(self) -> tuple[str, ...]:
-        """The dimensions the stream's features were pooled over (``--pool``)."""
-        text = self.attrs.get(POOLED_ATTR, "")
-        return tuple(d.strip() for d in text.split(",") if d.strip())
-
-    def values(self, dim: str) -> np.ndarray:
-        """The coordinate values along ``dim`` (positions where it has none)."""
-        if dim in self.coords and tuple(self.coords[dim][0]) == (dim,):
-            return np.asarray(self.coords[dim][1])
-        return np.arange(self.feature_shape[self.feature_dims.index(dim)])
-
-    def shaped(self, values: Any, lead: tuple[int, ...] = ()) -> np.ndarray:
-        """Flat per-feature ``values`` (after ``lead`` leading axes) along the labels."""
-        array = np.asarray(values)
-        return array.reshape(tuple(lead) + tuple(self.feature_shape))
-
-
-def flat_layout(
-    category: str, split: str, features: list[str], units: list[str], long_names: list[str]
-) -> StreamLayout:
-    """A ``{category}__{split}__{op}`` layout along ``{category}_feature``,
-    the feature names, units and long names as coordinates (neural-lam's MEPS
-    streams, and mllam-data-prep's categories)."""
-    dim = f"{category}_feature"
-    coords: dict[str, tuple[tuple[str, ...], Any]] = {
-        dim: ((dim,), np.asarray(features, dtype=object)),
-        f"{dim}_units": ((dim,), np.asarray(units, dtype=object)),
-    }
-    if long_names:
-        coords[f"{dim}_long_name"] = ((dim,), np.asarray(long_names, dtype=object))
-    return StreamLayout(
-        prefix=category,
-        split=split,
-        feature_dims=(dim,),
-        feature_shape=(len(features),),
-        coords=coords,
-        category=category,
-        unit_attribute=False,
-    )
 
 
 def weighting(attrs: dict[str, Any]) -> str:
@@ -159,44 +69,6 @@ def weighting(attrs: dict[str, Any]) -> str:
     if not weights or weights.startswith("none"):
         return "unweighted"
     return f"weighted by grid point (sum(w x) / sum(w)), weights: {weights}"
-
-
-@dataclass(frozen=True)
-class Pooling:
-    """A stream's features taken together over some of its feature dimensions
-    (``--pool level``): one pooled statistic per group of features, written as
-    the stream ``name`` laid out along the remaining dimensions."""
-
-    name: str
-    dims: tuple[str, ...]
-    groups: tuple[tuple[int, ...], ...]
-    """The features of the stream in each pooled feature (C order of the rest)."""
-    features: list[str]
-    units: list[str]
-    long_names: list[str]
-    layout: StreamLayout
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """One group of features reduced together, as a source declares it."""
-
-    name: str
-    features: list[str]
-    units: list[str]
-    diff_steps: tuple[int, ...] = ()
-    long_names: list[str] = field(default_factory=list)
-    layout: StreamLayout | None = None
-    weighted: bool = False
-    """Its blocks carry grid-point weights (``--weights``): weighted means and stds."""
-    cell_grid_points: int = 0
-    """Also sum every grid point over time (its time means, makani's ``time_means``):
-    the number of grid points, 0 for none."""
-    diff_span: dict[int, int] = field(default_factory=dict)
-    """Seconds of the time span of each difference step, where the source knows it
-    (see :attr:`StreamStats.diff_span`)."""
-    pooled: Pooling | None = None
-    """Also the statistics of groups of its features taken together (``--pool``)."""
 
 
 @dataclass
@@ -261,7 +133,7 @@ class StreamStats:
 
     @property
     def category(self) -> str:
-        return self.layout.category if self.layout is not None else "state"
+        return self.layout.role if self.layout is not None else "state"
 
     @property
     def split(self) -> str | None:
@@ -275,15 +147,16 @@ class StreamStats:
     @property
     def labels(self) -> StreamLayout:
         """The stream's labels: its layout when that labels every feature, else
-        its features along ``{category}_feature`` (a file that keeps flat names only)."""
+        its features along ``{role}_feature`` (a file that keeps flat names only);
+        units and long names of a stack of variables as coordinates."""
         lay = self.layout
-        if lay is not None and int(np.prod(lay.feature_shape)) == len(self.features):
-            return lay
         n = len(self.features)
+        if lay is None or int(np.prod(lay.feature_shape)) != n:
+            flat = listed_features(self.category, self.split or "", self.features)
+            lay = replace(flat, variable=lay.variable if lay is not None else self.name)
         units = list(self.units) if len(self.units) == n else [""] * n
         names = list(self.long_names) if len(self.long_names) == n else []
-        flat = flat_layout(self.category, self.split or "", self.features, units, names)
-        return replace(flat, prefix=lay.prefix if lay is not None else self.name)
+        return with_feature_units(lay, units, names)
 
     def diff_steps(self) -> list[int | None]:
         """The difference steps, in order (``None``: a file that does not say its step)."""
@@ -335,7 +208,7 @@ class StreamStats:
 
         variables, coords = self.labelled()
         lay = self.labels
-        attrs = {"variable": lay.prefix, "split": lay.split, "category": lay.category}
+        attrs = {"variable": lay.variable, "split": lay.split, "category": lay.role}
         if lay.pooled_dims:
             attrs[POOLED_ATTR] = ", ".join(lay.pooled_dims)
         return xr.Dataset(variables, coords=coords, attrs=attrs)
@@ -392,13 +265,15 @@ class Stats:
         groups: dict[str, list[StreamStats]] = {}
         for stream in self.streams.values():
             if stream.split in (chosen, None):
-                category = stream.category if stream.category in CATEGORIES else "state"
+                category = stream.category if stream.category in ROLES else "state"
                 groups.setdefault(category, []).append(stream)
-        return {c: concatenate(c, groups[c], chosen) for c in CATEGORIES if c in groups}
+        return {c: concatenate(c, groups[c], chosen) for c in ROLES if c in groups}
 
     def to_summary(self) -> dict[str, Any]:
-        """The JSON summary (see :func:`summary_dict`)."""
-        return summary_dict(self)
+        """The statistics as plain data, the JSON summary's content
+        (:func:`wxstats.io.formats.summary.summary_dict`, registered with
+        :func:`summary_builder`, like :meth:`to_xarray`'s layout)."""
+        return _built("summary", "the JSON summary")(self)
 
     def to_xarray(self) -> Any:
         """Every stream's labelled view (:meth:`StreamStats.to_xarray`: feature
@@ -408,22 +283,36 @@ class Stats:
         file's variables, coordinates and attributes, in memory. The names are
         the statistics file's (:func:`wxstats.io.formats.netcdf.stats_dataset`,
         registered with :func:`dataset_builder`): core names no file."""
-        if not _DATASET_BUILDER:
-            raise WxstatsError(
-                "Stats.to_xarray needs the statistics file layout: import wxstats.io.read first"
-            )
-        return _DATASET_BUILDER[0](self)
+        return _built("xarray", "the statistics file layout")(self)
 
 
-_DATASET_BUILDER: list[Callable[[Stats], Any]] = []
+_BUILDERS: dict[str, Callable[[Stats], Any]] = {}
+"""What :meth:`Stats.to_xarray` and :meth:`Stats.to_summary` call: the io layer's
+layouts, registered when their modules are imported (every ``Stats`` that
+``wxstats.compute`` or ``wxstats.read`` returns has imported them)."""
+
+
+def _built(key: str, what: str) -> Callable[[Stats], Any]:
+    if key not in _BUILDERS:
+        raise WxstatsError(f"Stats needs {what}: import wxstats.io.read first")
+    return _BUILDERS[key]
 
 
 def dataset_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
-    """Register what :meth:`Stats.to_xarray` calls (the io layer's statistics file
-    layout, registered when that module is imported: every ``Stats`` that
-    ``wxstats.compute`` or ``wxstats.read`` returns has imported it)."""
-    _DATASET_BUILDER[:] = [build]
+    """Register what :meth:`Stats.to_xarray` calls (the statistics file's layout)."""
+    _BUILDERS["xarray"] = build
     return build
+
+
+def summary_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
+    """Register what :meth:`Stats.to_summary` calls (the JSON summary's schema)."""
+    _BUILDERS["summary"] = build
+    return build
+
+
+def summary_dict(stats: Stats) -> dict[str, Any]:
+    """The JSON summary of ``stats`` (kept for callers of 0.x: :meth:`Stats.to_summary`)."""
+    return stats.to_summary()
 
 
 def concatenate(name: str, streams: list[StreamStats], split: str | None = None) -> StreamStats:
@@ -467,7 +356,7 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
             join("maximum"),
         )
     first = streams[0].layout if streams else None
-    layout = StreamLayout(prefix=name, split=split or "", category=name) if first else None
+    layout = StreamLayout(variable=name, split=split or "", role=name) if first else None
     return StreamStats(
         name=name,
         features=[f for s in streams for f in s.features],
@@ -488,98 +377,6 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
     )
 
 
-# -- the JSON summary: the model as plain data --------------------------------------
-def _floats(values: np.ndarray) -> list[float | None]:
-    return [None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=np.float64)]
-
-
-def _ints(values: np.ndarray) -> list[int]:
-    return [int(v) for v in values]
-
-
-def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
-    """One entry per feature (forcing and static features in the summary), with
-    every statistic the stream has: NaN count and differences too."""
-    out = {}
-    for f, feature in enumerate(stream.features):
-        entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
-        for op in ("mean", "std", "min", "max"):
-            values = stream.op(op)
-            entry[op] = None if values is None else float(values[f])
-        if stream.nan_count is not None:
-            entry["nan_count"] = int(stream.nan_count[f])
-        if stream.diff:
-            entry["diff"] = {
-                str(k): {
-                    op: values if op == "span" else values[0]
-                    for op, values in _diff_entry(d, stream.diff_span_name(k), f).items()
-                }
-                for k, d in sorted(stream.diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
-            }
-        out[feature] = entry
-    return out
-
-
-def _diff_entry(d: DiffStats, span: str | None, feature: int | None = None) -> dict[str, Any]:
-    """The difference statistics of every feature (or of one: lists of one), with
-    the step's time span (``6h``) when known: the key counts hours or steps."""
-    pick = slice(None) if feature is None else slice(feature, feature + 1)
-    entry: dict[str, Any] = {} if span is None else {"span": span}
-    entry.update(count=_ints(d.count[pick]), mean=_floats(d.mean[pick]))
-    entry["std"] = _floats(d.std[pick])
-    if d.minimum is not None and d.maximum is not None:
-        entry.update(min=_floats(d.minimum[pick]), max=_floats(d.maximum[pick]))
-    return entry
-
-
-def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
-    groups = stats.by_category(split)
-    state = groups.get("state") or concatenate("state", [], split)
-    summary: dict[str, Any] = {
-        "variables": list(state.features),
-        "units": list(state.units),
-        "state": {
-            "count": _ints(state.count),
-            "mean": _floats(state.mean),
-            "std": _floats(state.std),
-            "min": _floats(state.minimum),
-            "max": _floats(state.maximum),
-            "nan_count": _ints(state.nan_count),
-        },
-        "diff": {
-            str(k): _diff_entry(d, state.diff_span_name(k)) for k, d in sorted(state.diff.items())
-        },
-        "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
-        "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
-        "warnings": list(stats.warnings),
-        "run": dict(stats.run),
-    }
-    if "static" in groups:
-        summary["static"] = _entries(groups["static"])
-    return summary
-
-
-def summary_dict(stats: Stats) -> dict[str, Any]:
-    """The statistics as plain data, floats as float64 (exact through ``json``).
-
-    The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
-    ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
-    A zarr/netCDF run gives its first split at the top level and every split
-    under ``splits``. Only ``run`` describes the run: two runs over the same
-    data give equal summaries but for it.
-    """
-    splits = stats.splits()
-    if stats.source_kind != "xarray":
-        return _split_summary(stats, None)
-    out = _split_summary(stats, splits[0])
-    out["splits"] = {}
-    for split in splits:
-        entry = _split_summary(stats, split)
-        entry.pop("run")
-        out["splits"][split] = entry
-    return out
-
-
 def with_layout(stream: StreamStats, layout: StreamLayout) -> StreamStats:
-    """``stream`` placed elsewhere (another split or prefix)."""
+    """``stream`` placed elsewhere (another split or variable)."""
     return replace(stream, layout=layout)

@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.accumulator import RunMoments
+from wxstats.core.conventions import stream_name
 from wxstats.core.errors import WxstatsError
 from wxstats.core.kernels import Block
 from wxstats.core.partial import Coverage, Edges, Partial
-from wxstats.core.stats import Stats, stream_name
+from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (

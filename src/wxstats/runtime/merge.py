@@ -70,7 +70,7 @@ def update_options(
     ident = state.identity
     selection = {
         # in the streams' order (the identity's is by name): the outputs' order as before
-        "variables": tuple(dict.fromkeys(s.layout.prefix for s in state.specs if s.layout)),
+        "variables": tuple(dict.fromkeys(s.layout.variable for s in state.specs if s.layout)),
         "time_dim": ident["time_dim"],
         "diff_steps": tuple(ident["diff_steps"]),
         "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import MEPS_FLUX, Stats
+from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.io.read import NETCDF_NAME
 from wxstats.runtime.options import ComputeOptions

@@ -21,10 +21,11 @@ import numpy as np
 
 from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
+from wxstats.core.conventions import long_name_coord, units_coord
 from wxstats.core.errors import WxstatsError
 from wxstats.core.partial import Coverage as Units
 from wxstats.core.partial import Partial
-from wxstats.core.stats import Pooling, StreamLayout, StreamSpec
+from wxstats.core.streams import Pooling, StreamLayout, StreamSpec, with_feature_units
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
 from wxstats.runtime.identity import VERSION, first_difference, run_identity
@@ -191,37 +192,51 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _layout_json(layout: StreamLayout) -> dict[str, Any]:
+def _layout_json(layout: StreamLayout, units: list[str], long_names: list[str]) -> dict[str, Any]:
+    """The JSON of a stream's labels, in the keys of state files before labels
+    were named for what they mean (``prefix`` is the variable, ``category`` the
+    role, ``unit_attribute`` not :attr:`~StreamLayout.units_per_feature`), and a
+    stack of variables' units and long names as coordinates, as files wrote them:
+    a state file's bytes do not change with the names of the code's fields."""
+    full = with_feature_units(layout, units, long_names)
     coords = {
         name: [list(c[0]), np.asarray(c[1]).tolist(), np.asarray(c[1]).dtype.str]
         + ([{k: _plain(v) for k, v in c[2].items()}] if len(c) > 2 else [])
-        for name, c in layout.coords.items()
+        for name, c in full.coords.items()
     }
     return {
-        "prefix": layout.prefix,
+        "prefix": layout.variable,
         "split": layout.split,
         "feature_dims": list(layout.feature_dims),
         "feature_shape": list(layout.feature_shape),
         "coords": coords,
-        "category": layout.category,
-        "unit_attribute": layout.unit_attribute,
+        "category": layout.role,
+        "unit_attribute": not layout.units_per_feature,
         **({"attrs": dict(layout.attrs)} if layout.attrs else {}),
     }
 
 
 def _layout_of(lay: dict[str, Any]) -> StreamLayout:
+    """The labels :func:`_layout_json` wrote (a stack of variables' unit and long
+    name coordinates left out: they are the spec's ``units`` and ``long_names``)."""
+    per_feature = not bool(lay["unit_attribute"])
+    dims = tuple(lay["feature_dims"])
+    derived = set()
+    if per_feature and len(dims) == 1:
+        derived = {units_coord(dims[0]), long_name_coord(dims[0])}
     coords = {
         name: (tuple(c[0]), np.asarray(c[1], dtype=np.dtype(c[2])), *c[3:])
         for name, c in lay["coords"].items()
+        if name not in derived
     }
     return StreamLayout(
-        prefix=lay["prefix"],
+        variable=lay["prefix"],
         split=lay["split"],
-        feature_dims=tuple(lay["feature_dims"]),
+        feature_dims=dims,
         feature_shape=tuple(lay["feature_shape"]),
         coords=coords,
-        category=lay["category"],
-        unit_attribute=bool(lay["unit_attribute"]),
+        role=lay["category"],
+        units_per_feature=per_feature,
         attrs=dict(lay.get("attrs", {})),
     )
 
@@ -236,7 +251,7 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
         "diff_span": {str(k): v for k, v in spec.diff_span.items()},
         "long_names": list(spec.long_names),
         "weighted": bool(spec.weighted),
-        "layout": _layout_json(spec.layout),
+        "layout": _layout_json(spec.layout, spec.units, spec.long_names),
     }
     pool = spec.pooled
     if pool is not None:  # a state merged or updated later writes the pooled statistics too
@@ -247,7 +262,7 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
             "features": list(pool.features),
             "units": list(pool.units),
             "long_names": list(pool.long_names),
-            "layout": _layout_json(pool.layout),
+            "layout": _layout_json(pool.layout, pool.units, pool.long_names),
         }
     return out
 

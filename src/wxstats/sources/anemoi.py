@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import span_name, span_seconds
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import StreamSpec, flat_layout
-from wxstats.core.timespan import span_name, span_seconds
+from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
@@ -186,7 +186,7 @@ class AnemoiSource:
         self.streams = [
             StreamSpec(
                 STREAM, self.variables, units, self.diff_steps, list(self.variables),
-                flat_layout("state", SPLIT, self.variables, units, list(self.variables)),
+                listed_features("state", SPLIT, self.variables),
                 diff_span={k: k * self.step_seconds for k in self.diff_steps},
             )
         ]  # fmt: skip

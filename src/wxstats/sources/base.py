@@ -21,7 +21,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import StreamSpec
+from wxstats.core.streams import StreamSpec
 
 
 @dataclass(frozen=True)

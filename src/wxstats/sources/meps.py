@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
-from wxstats.core.stats import MEPS_FLUX, StreamSpec, flat_layout
+from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.npy import load_npy, npy_header
@@ -150,11 +151,11 @@ class MepsSource:
         self.streams = [
             StreamSpec(
                 "state", *state, steps, self.var_longnames,
-                flat_layout("state", split, *state, self.var_longnames),
+                listed_features("state", split, self.var_names),
                 diff_span={self.step_length: self.step_length * 3600},  # the key is hours
             ),
             StreamSpec(
-                MEPS_FLUX, *flux, (), [MEPS_FLUX], flat_layout("forcing", split, *flux, [MEPS_FLUX])
+                MEPS_FLUX, *flux, (), [MEPS_FLUX], listed_features("forcing", split, [MEPS_FLUX])
             ),
         ]  # fmt: skip
         self.attrs = {

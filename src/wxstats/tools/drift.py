@@ -141,28 +141,27 @@ def drift_rule(values: np.ndarray, last: int, what: str, sigmas: float = SIGMAS)
 
 
 def _series(stream: StreamStats, last: int, weighted: bool = False) -> list[YearSeries]:
-    layout = stream.layout
-    assert layout is not None
-    dims = list(layout.feature_dims)
-    at = dims.index(YEAR_DIM)
-    years = np.asarray(layout.coords[YEAR_DIM][1], dtype=np.int64)
     if stream.count is None:
         raise InputError(f"{stream.name}: per-year statistics without counts: cannot combine")
+    import xarray as xr
 
-    def by_year(values: np.ndarray) -> np.ndarray:
-        return np.moveaxis(np.asarray(values).reshape(layout.feature_shape), at, 0).reshape(
-            len(years), -1
-        )
+    view = stream.to_xarray()  # along the labels: (..., year, level), by name not position
+    rest = [d for d in view["mean"].dims if d != YEAR_DIM]
+    years = np.asarray(view[YEAR_DIM].values, dtype=np.int64)
 
-    count, mean, std = by_year(stream.count), by_year(stream.mean), by_year(stream.std)
-    nans = by_year(stream.nan_count) if stream.nan_count is not None else np.zeros_like(count)
-    units = by_year(np.asarray(stream.units, dtype=object))
-    rest = [d for d in dims if d != YEAR_DIM]
+    def by_year(values: xr.DataArray) -> np.ndarray:
+        return values.transpose(YEAR_DIM, *rest).values.reshape(len(years), -1)
+
+    count, mean, std = by_year(view["count"]), by_year(view["mean"]), by_year(view["std"])
+    nans = by_year(view["nan_count"]) if "nan_count" in view else np.zeros_like(count)
+    lay = stream.labels
+    units_along = lay.shaped(np.asarray(stream.units, dtype=object))
+    units = by_year(xr.DataArray(units_along, dims=lay.feature_dims))
     labels = []
-    for index in np.ndindex(*[layout.feature_shape[dims.index(d)] for d in rest]):
-        parts = [layout.prefix]
+    for index in np.ndindex(*[view.sizes[d] for d in rest]):
+        parts = [lay.variable]
         for d, i in zip(rest, index, strict=True):
-            parts.append(str(layout.coords[d][1][i]) if d in layout.coords else str(i))
+            parts.append(str(view[d].values[i]) if d in view.coords else str(i))
         labels.append("_".join(parts))
     out = []
     for f, label in enumerate(labels):

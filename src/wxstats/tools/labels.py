@@ -21,7 +21,7 @@ def feature_labels(stream: StreamStats) -> list[str]:
     labels = []
     for flat in range(len(stream.features)):
         index = np.unravel_index(flat, layout.feature_shape)
-        name, group = [layout.prefix], []
+        name, group = [layout.variable], []
         for dim, i in zip(layout.feature_dims, index, strict=True):
             value = layout.values(dim)[i]
             (group if dim in GROUP_DIMS else name).append(

@@ -59,7 +59,7 @@ def _fields(stats: Stats, split: str) -> list[StreamStats]:
     for stream in streams:
         if stream.layout.feature_dims or stream.time_mean is None:
             raise WxstatsError(
-                f"variable {stream.layout.prefix}: --format ace takes one field with time per "
+                f"variable {stream.layout.variable}: --format ace takes one field with time per "
                 "variable name (ACE reads a scalar per name); split its levels into variables"
             )
     return streams
@@ -71,7 +71,7 @@ def ace_outputs(
     """Writers of ACE's four files for ``split`` (see module docstring); ``grids``:
     each variable's grid dimensions and sizes, as stored, for its time mean."""
     streams = _fields(stats, split)
-    names = [s.layout.prefix for s in streams]
+    names = [s.layout.variable for s in streams]
     first = streams[0]
     n_grid = first.time_mean.shape[0]
     steps = int(first.count[0]) // n_grid if first.count is not None else 0

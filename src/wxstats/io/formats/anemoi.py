@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, flat_layout
-from wxstats.core.timespan import span_seconds
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
 from wxstats.io.zarrstore import Undo, all_or_nothing, fsync_tree, settle_zarr
 
 OPS = {"mean": "mean", "stdev": "std", "minimum": "min", "maximum": "max"}
@@ -311,7 +311,7 @@ def read_anemoi_stats(path: str | Path) -> Stats:
         diff=diff,
         diff_span=spans,
         long_names=list(names),
-        layout=flat_layout("state", "train", names, units, list(names)),
+        layout=listed_features("state", "train", names),
         named="variables" in attrs,
     )
     keep = ("statistics_start_date", "statistics_end_date", "frequency")

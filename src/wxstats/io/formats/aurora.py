@@ -38,15 +38,15 @@ def level_key(name: str, level: Any) -> str:
 def _keys(stream: StreamStats) -> list[str]:
     lay = stream.layout
     if not lay.feature_dims:
-        return [lay.prefix]
+        return [lay.variable]
     if len(lay.feature_dims) > 1:
         raise WxstatsError(
-            f"variable {lay.prefix}: --format aurora keys a field by its name and one level "
+            f"variable {lay.variable}: --format aurora keys a field by its name and one level "
             f"(it has {', '.join(lay.feature_dims)}); choose the grid with --feature-dims"
         )
     dim = lay.feature_dims[0]
     levels = np.asarray(lay.coords[dim][1]) if dim in lay.coords else np.arange(len(stream.mean))
-    return [level_key(lay.prefix, level) for level in levels]
+    return [level_key(lay.variable, level) for level in levels]
 
 
 def aurora_outputs(stats: Stats, folder: Path, split: str) -> dict[Path, Writer]:

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
-from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -43,7 +43,7 @@ def _streams(stats: Stats, split: str) -> list[StreamStats]:
     for stream in streams:
         if len(stream.layout.feature_dims) > 1:
             raise WxstatsError(
-                f"variable {stream.layout.prefix}: --format graphcast takes fields with at most "
+                f"variable {stream.layout.variable}: --format graphcast takes fields with at most "
                 f"one dimension besides time and the grid (it has "
                 f"{', '.join(stream.layout.feature_dims)}); choose the grid with --feature-dims"
             )
@@ -57,7 +57,7 @@ def graphcast_outputs(stats: Stats, folder: Path, split: str, step: int) -> dict
     span = None
     for stream in _streams(stats, split):
         span = span or stream.diff_span_name(step)
-        name = stream.layout.prefix
+        name = stream.layout.variable
         coords.update(stream.layout.coords)
         for op, file in FILES.items():
             per_file[file][name] = _field(stream, stream.op(op))

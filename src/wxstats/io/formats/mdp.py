@@ -42,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import ROLES, feature_dim
 from wxstats.core.errors import InputError
-from wxstats.core.stats import CATEGORIES, Stats, StreamSpec
+from wxstats.core.stats import Stats, StreamSpec
 from wxstats.io.formats.netcdf import stat_name
 from wxstats.io.formats.stored import check_float_dtype, check_min_std
 from wxstats.io.zarrstore import all_or_nothing, fsync_tree
@@ -70,12 +71,12 @@ def planned_variables(specs: list[StreamSpec]) -> dict[str, Planned]:
     out = {}
     for spec in specs:
         lay = spec.layout
-        if lay.category not in CATEGORIES or lay.prefix != lay.category:
+        if lay.role not in ROLES or lay.variable != lay.role:
             continue
-        if lay.feature_dims != (f"{lay.category}_feature",):
+        if lay.feature_dims != (feature_dim(lay.role),):
             raise InputError(
-                f"--write-into: {lay.category} has feature dimensions {lay.feature_dims}; "
-                f"mllam-data-prep's statistics are along {lay.category}_feature only"
+                f"--write-into: {lay.role} has feature dimensions {lay.feature_dims}; "
+                f"mllam-data-prep's statistics are along {feature_dim(lay.role)} only"
             )
         ops = ["mean", "std"]
         if spec.diff_steps:
@@ -86,10 +87,8 @@ def planned_variables(specs: list[StreamSpec]) -> dict[str, Planned]:
                 )
             ops += ["diff_mean", "diff_std"]
         for op in ops:
-            name = stat_name(replace(lay, prefix=lay.category), op)
-            out[name] = Planned(
-                spec.name, op, lay.feature_dims[0], len(spec.features), lay.category
-            )
+            name = stat_name(replace(lay, variable=lay.role), op)
+            out[name] = Planned(spec.name, op, lay.feature_dims[0], len(spec.features), lay.role)
     if not out:
         raise InputError(
             "--write-into: no mllam-data-prep category (state/forcing/static) selected"

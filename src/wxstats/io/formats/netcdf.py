@@ -19,25 +19,27 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import (
+    ROLES,
+    RUN_ATTR,
+    coord_label,
+    feature_names,
+    span_seconds,
+    stream_name,
+)
 from wxstats.core.errors import InputError
 from wxstats.core.stats import (
-    CATEGORIES,
     DIFF_DIM,
     DIFF_SPAN,
     POOLED_ATTR,
-    RUN_ATTR,
     VALUE_OPS,
     DiffStats,
     Stats,
     StreamLayout,
     StreamStats,
-    coord_label,
     dataset_builder,
-    feature_names,
-    stream_name,
     weighting,
 )
-from wxstats.core.timespan import span_seconds
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -60,7 +62,7 @@ _NAME = re.compile(
 def stat_name(labels: StreamLayout, op: str) -> str:
     """The file's name of statistic ``op`` of a stream, from its labels:
     ``{variable}__{split}__{op}`` (mllam-data-prep's; ``state__train__mean``)."""
-    return f"{stream_name(labels.prefix, labels.split)}__{op}"
+    return f"{stream_name(labels.variable, labels.split)}__{op}"
 
 
 def parse_stat_name(name: str) -> tuple[str, str, str] | None:
@@ -114,7 +116,9 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
         for name, (dims, *rest) in labels.items():
             dims = tuple(renamed.get(d, d) for d in dims) if name in renamed else dims
             coords[renamed.get(name, name)] = (dims, *rest)
-        same_unit = len(set(stream.units)) == 1 and lay.unit_attribute
+        # one unit for the stream: an attribute; a stack of variables has a unit
+        # coordinate (its labels) instead
+        same_unit = len(set(stream.units)) == 1 and not lay.units_per_feature
         unit = {"units": stream.units[0]} if same_unit else {}
         unit.update(lay.attrs)
         for op, (dims, values) in variables.items():
@@ -281,15 +285,15 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
                 minimum=got.get("min"),
                 maximum=got.get("max"),
             )
-    category = prefix if prefix in CATEGORIES else "state"
+    role = prefix if prefix in ROLES else "state"
     pooled = anchor.attrs.get(POOLED_ATTR)
     layout = StreamLayout(
-        prefix=prefix,
+        variable=prefix,
         split=split,
         feature_dims=dims,
         feature_shape=tuple(int(ds.sizes[d]) for d in dims),
         coords=coords,
-        category=category,
+        role=role,
         attrs={POOLED_ATTR: str(pooled)} if pooled else {},
     )
     return StreamStats(

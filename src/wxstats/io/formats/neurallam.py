@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import MEPS_FLUX, DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ptfile import tensor_bytes
 from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
@@ -253,7 +254,7 @@ def read_neurallam_static(static: Path) -> Stats:
                 std_standardized=arrays["std_standardized"],
             )
         },
-        layout=StreamLayout(prefix="state", split="", category="state"),
+        layout=StreamLayout(variable="state", split="", role="state"),
         named=names is not None,
         derived={f"{tag} mean", f"{tag} std"},
         diff_span={step: step * 3600} if step is not None else {},  # MEPS steps are hours
@@ -269,6 +270,6 @@ def read_neurallam_static(static: Path) -> Stats:
             units=[""],
             mean=flux[:1],
             std=flux[1:],
-            layout=StreamLayout(prefix="forcing", split="", category="forcing"),
+            layout=StreamLayout(variable="forcing", split="", role="forcing"),
         )
     return Stats("neural-lam-static", streams, origin=str(static))

@@ -1,6 +1,7 @@
 """The JSON summary (``--summary FILE.json``): floats that round-trip exactly.
 
-The content is :meth:`Stats.to_summary() <wxstats.core.stats.Stats.to_summary>`
+The content is :func:`summary_dict` (what :meth:`Stats.to_summary()
+<wxstats.core.stats.Stats.to_summary>` returns)
 (the MEPS schema: ``variables``, ``units``, ``state``, ``diff``, ``forcing``,
 ``static``, ``source``, ``warnings``, ``run``; zarr/netCDF runs add
 ``splits``). Python's ``json`` writes floats with ``repr``, the shortest string
@@ -15,10 +16,111 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError
-from wxstats.core.stats import VALUE_OPS, DiffStats, Stats, StreamLayout, StreamStats
-from wxstats.core.timespan import span_seconds
+from wxstats.core.stats import (
+    VALUE_OPS,
+    DiffStats,
+    Stats,
+    StreamLayout,
+    StreamStats,
+    concatenate,
+    summary_builder,
+)
 from wxstats.io.atomic import Writer
+
+
+# -- writing: the model as plain data ----------------------------------------------
+def _json_floats(values: np.ndarray) -> list[float | None]:
+    return [None if not np.isfinite(v) else float(v) for v in np.asarray(values, dtype=np.float64)]
+
+
+def _ints(values: np.ndarray) -> list[int]:
+    return [int(v) for v in values]
+
+
+def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
+    """One entry per feature (forcing and static features in the summary), with
+    every statistic the stream has: NaN count and differences too."""
+    out = {}
+    for f, feature in enumerate(stream.features):
+        entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
+        for op in ("mean", "std", "min", "max"):
+            values = stream.op(op)
+            entry[op] = None if values is None else float(values[f])
+        if stream.nan_count is not None:
+            entry["nan_count"] = int(stream.nan_count[f])
+        if stream.diff:
+            entry["diff"] = {
+                str(k): {
+                    op: values if op == "span" else values[0]
+                    for op, values in _diff_entry(d, stream.diff_span_name(k), f).items()
+                }
+                for k, d in sorted(stream.diff.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            }
+        out[feature] = entry
+    return out
+
+
+def _diff_entry(d: DiffStats, span: str | None, feature: int | None = None) -> dict[str, Any]:
+    """The difference statistics of every feature (or of one: lists of one), with
+    the step's time span (``6h``) when known: the key counts hours or steps."""
+    pick = slice(None) if feature is None else slice(feature, feature + 1)
+    entry: dict[str, Any] = {} if span is None else {"span": span}
+    entry.update(count=_ints(d.count[pick]), mean=_json_floats(d.mean[pick]))
+    entry["std"] = _json_floats(d.std[pick])
+    if d.minimum is not None and d.maximum is not None:
+        entry.update(min=_json_floats(d.minimum[pick]), max=_json_floats(d.maximum[pick]))
+    return entry
+
+
+def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
+    groups = stats.by_category(split)
+    state = groups.get("state") or concatenate("state", [], split)
+    summary: dict[str, Any] = {
+        "variables": list(state.features),
+        "units": list(state.units),
+        "state": {
+            "count": _ints(state.count),
+            "mean": _json_floats(state.mean),
+            "std": _json_floats(state.std),
+            "min": _json_floats(state.minimum),
+            "max": _json_floats(state.maximum),
+            "nan_count": _ints(state.nan_count),
+        },
+        "diff": {
+            str(k): _diff_entry(d, state.diff_span_name(k)) for k, d in sorted(state.diff.items())
+        },
+        "forcing": _entries(groups["forcing"]) if "forcing" in groups else {},
+        "source": dict(stats.attrs, split=split) if split else dict(stats.attrs),
+        "warnings": list(stats.warnings),
+        "run": dict(stats.run),
+    }
+    if "static" in groups:
+        summary["static"] = _entries(groups["static"])
+    return summary
+
+
+@summary_builder
+def summary_dict(stats: Stats) -> dict[str, Any]:
+    """The statistics as plain data, floats as float64 (exact through ``json``).
+
+    The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
+    ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
+    A zarr/netCDF run gives its first split at the top level and every split
+    under ``splits``. Only ``run`` describes the run: two runs over the same
+    data give equal summaries but for it.
+    """
+    splits = stats.splits()
+    if stats.source_kind != "xarray":
+        return _split_summary(stats, None)
+    out = _split_summary(stats, splits[0])
+    out["splits"] = {}
+    for split in splits:
+        entry = _split_summary(stats, split)
+        entry.pop("run")
+        out["splits"][split] = entry
+    return out
 
 
 def summary_writer(stats: Stats) -> Writer:
@@ -47,7 +149,7 @@ def _stream(name: str, ops: dict[str, np.ndarray], split: str, **fields: Any) ->
         minimum=ops.get("min"),
         maximum=ops.get("max"),
         nan_count=ops.get("nan_count"),
-        layout=StreamLayout(prefix=name, split=split, category=name),
+        layout=StreamLayout(variable=name, split=split, role=name),
         **fields,
     )
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import stream_name
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
-from wxstats.core.stats import stream_name
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import (

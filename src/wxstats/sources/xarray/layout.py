@@ -17,27 +17,29 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.errors import InputError
-from wxstats.core.stats import (
-    POOLED_ATTR,
-    Pooling,
-    StreamLayout,
-    StreamSpec,
+from wxstats.core.conventions import (
+    ROLES,
+    feature_dim,
     feature_names,
+    lists_features,
+    long_name_coord,
     stream_name,
+    units_coord,
 )
+from wxstats.core.errors import InputError
+from wxstats.core.streams import POOLED_ATTR, Pooling, StreamLayout, StreamSpec
 from wxstats.sources.xarray.open import is_zarr
 from wxstats.sources.xarray.timeaxis import Part, Split, label
 
 VERTICAL_DIMS = ("level", "levels", "pressure_level", "isobaricInhPa", "plev", "lev")
 """Dimensions that are features by default (with any ``*_feature`` dimension):
 a mean over vertical levels is never a useful normalization."""
-MDP_CATEGORIES = ("state", "forcing", "static")
+MDP_CATEGORIES = ROLES
 
 
 def is_mdp(ds: Any) -> bool:
     """An mllam-data-prep store: a ``state`` variable along ``state_feature``."""
-    return "state" in ds.data_vars and "state_feature" in ds["state"].dims
+    return "state" in ds.data_vars and feature_dim("state") in ds["state"].dims
 
 
 @dataclass
@@ -69,9 +71,9 @@ def _feature_dims_of(
 ) -> tuple[str, ...]:
     if mdp and name in MDP_CATEGORIES:
         extra = chosen or ()
-        return tuple(d for d in dims if d == f"{name}_feature" or d in extra)
+        return tuple(d for d in dims if d == feature_dim(name) or d in extra)
     if chosen is None:
-        return tuple(d for d in dims if d.endswith("_feature") or d in VERTICAL_DIMS)
+        return tuple(d for d in dims if lists_features((d,)) or d in VERTICAL_DIMS)
     return tuple(d for d in dims if d in chosen)
 
 
@@ -186,12 +188,11 @@ def _variable(
         long_names.append(f"{base_long} ({where_in})" if where_in else base_long)
     if mdp and category in MDP_CATEGORIES and len(fdims) == 1:
         dim = fdims[0]
-        for suffix in ("units", "long_name"):
-            coord = f"{dim}_{suffix}"
+        for coord in (units_coord(dim), long_name_coord(dim)):
             if coord in ds.coords and ds[coord].dims == (dim,):
                 values = [label(x) for x in np.asarray(ds[coord].values)]
                 coords[coord] = ((dim,), np.asarray(values, dtype=object))
-                if suffix == "units":
+                if coord == units_coord(dim):
                     units = values
                 else:
                     long_names = values
@@ -226,7 +227,7 @@ def _values(v: Variable, dim: str) -> np.ndarray:
 def _prefixed(dims: tuple[str, ...]) -> bool:
     """Whether feature names lead with the variable: not where a ``*_feature``
     dimension names the features itself (mllam-data-prep's categories)."""
-    return not any(d.endswith("_feature") for d in dims)
+    return not lists_features(dims)
 
 
 def plain_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
@@ -261,12 +262,12 @@ def pooling(v: Variable, dims: tuple[str, ...], split: str) -> Pooling | None:
     kept_dims = tuple(v.feature_dims[i] for i in keep)
     coords = {d: c for d, c in v.coords.items() if set(c[0]) <= set(kept_dims)}
     layout = StreamLayout(
-        prefix=name,
+        variable=name,
         split=split,
         feature_dims=kept_dims,
         feature_shape=shape,
         coords=coords,
-        category=v.category,
+        role=v.category,
         attrs={POOLED_ATTR: ", ".join(over)},
     )
     return Pooling(
@@ -339,12 +340,12 @@ def stream_specs(
                 units = [u for _ in values for u in v.units]
                 long_names = [f"{n} ({dim} {g})" for g in values for n in v.long_names]
             layout = StreamLayout(
-                prefix=v.name,
+                variable=v.name,
                 split=split.name,
                 feature_dims=dims,
                 feature_shape=shape,
                 coords=coords,
-                category=v.category,
+                role=v.category,
             )
             name = stream_name(v.name, split.name)
             diff_steps = steps if v.has_time else ()

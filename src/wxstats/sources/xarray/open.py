@@ -10,8 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from wxstats.core.conventions import RUN_ATTR
 from wxstats.core.errors import InputError, first_line
-from wxstats.core.stats import RUN_ATTR
 from wxstats.storage.urls import is_url, read_options
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.core.conventions import coord_label, has_split_statistics
 from wxstats.core.errors import InputError, first_line
-from wxstats.core.stats import coord_label
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -268,11 +268,7 @@ def resolve_splits(
     all of them, else one split ``train`` over all times), checked."""
     specs = list(specs)
     if not specs and defined:
-        with_stats = [
-            n
-            for n in defined
-            if any(re.match(rf"^\w+__{re.escape(n)}__", v) for v in variable_names)
-        ]
+        with_stats = [n for n in defined if has_split_statistics(variable_names, n)]
         specs = with_stats or list(defined)
     resolved: list[tuple[str, str | None, str | None]] = []
     for spec in specs:
