@@ -86,7 +86,7 @@ def update_options(
         probe.close()
     first = 0
     if only_new:
-        cov = state.coverage
+        cov = state.times
         later = np.flatnonzero(TimeCoverage.values_of(times) > cov.last)
         if later.size == 0:
             raise WxstatsError(
@@ -102,7 +102,7 @@ def update_options(
 
 def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:
     """``wxstats update`` of a MEPS state: a run over the datastore's samples that
-    are not in the state (:meth:`SampleCoverage.leave_out`), with the state's
+    are not in the state (:meth:`Growth.check` leaves the others out), with the state's
     split and step length, writing neural-lam's files as ``compute`` does."""
     ident = of.identity
     return ComputeOptions(
