@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,9 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer, prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths, neurallam_set
+from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths
 from wxstats.runtime.state import State, TimeCoverage
-from wxstats.runtime.targets import refuse_merge_options
+from wxstats.runtime.targets import chosen, refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
 
 
@@ -40,12 +41,15 @@ def _neurallam(state: State) -> bool:
     return capabilities_of(state.identity["kind"]).neurallam_files
 
 
-def _refuse_output_options(state: State, options: dict[str, Any]) -> None:
+def _refuse_output_options(state: State, options: dict[str, Any]) -> ComputeOptions:
     """Outputs this state's kind of data does not have, refused as ``compute``'s
-    (:func:`wxstats.runtime.targets.refuse_merge_options`)."""
+    (:func:`wxstats.runtime.targets.refuse_merge_options`); else the options."""
     caps = capabilities_of(state.identity["kind"])
-    given = {k: v for k, v in options.items() if v is not None}
-    refuse_merge_options(state.name, caps, ComputeOptions(dataset=state.name, **given))
+    given = ComputeOptions(
+        dataset=state.name, **{k: v for k, v in options.items() if v is not None}
+    )
+    refuse_merge_options(state.name, caps, given)
+    return given
 
 
 def update_options(
@@ -133,8 +137,8 @@ def merge_states(
     started = time.time()
     states = _read_states(paths)
     first = states[0]
-    outputs = {"output": output, "output_dir": output_dir, "summary": summary, "state": state}
-    _refuse_output_options(first, {**outputs, "level_weights": level_weights, "min_std": min_std})
+    given = {"output_dir": output_dir, "summary": summary, "state": state, "min_std": min_std}
+    _refuse_output_options(first, {**given, "output": output, "level_weights": level_weights})
     if output is None and summary is None and output_dir is None:
         if state is None:
             what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"
@@ -147,6 +151,9 @@ def merge_states(
         planned += neurallam_paths(Path(output_dir))
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
+    options = ComputeOptions(
+        dataset=first.name, output=output, level_weights=level_weights, **given
+    )
     prepared = prepare_all(dict.fromkeys(planned), overwrite)
     try:
         total = combine(states, allow_gap)
@@ -159,9 +166,9 @@ def merge_states(
             "seconds": round(time.time() - started, 3),
             "host": socket.gethostname(),
         }
-        writers = _writers(stats, total, output, summary, state)
-        if output_dir is not None:
-            writers.update(_neurallam_set(first, output_dir, stats, level_weights, min_std))
+        writers = _writers(first, stats, options)
+        if state is not None:
+            writers[Path(state)] = total.writer()
         prepared.commit(writers)
     finally:
         prepared.discard()  # a refused merge leaves no temporary file or new folder
@@ -177,35 +184,31 @@ def _read_states(paths: list[Path]) -> list[State]:
     return [State.read(str(p)) for p in paths]
 
 
-def _neurallam_set(
-    state: State,
-    folder: Path,
-    stats: Stats,
-    level_weights: dict[str, float] | None,
-    min_std: float | None,
-) -> dict[Path, Writer]:
-    """neural-lam's files of MEPS states in ``folder``; their step, flux stream
-    and levels from the state, as the datastore gave them."""
-    from wxstats.sources.meps import levels_of
+@dataclass
+class _Stored:
+    """What the targets' writers ask of the data, from the states (:func:`_writers`)."""
 
-    spec = next(s for s in state.specs if s.diff_steps)
-    step = int(state.identity["diff_steps"][0])
-    return neurallam_set(
-        Path(folder), stats, step, levels_of(spec.long_names), level_weights, min_std
-    )
+    state: State
+
+    @property
+    def step_length(self) -> int:
+        return int(self.state.identity["diff_steps"][0])
+
+    def levels(self) -> list[str]:
+        from wxstats.sources.meps import levels_of
+
+        return levels_of(next(s for s in self.state.specs if s.diff_steps).long_names)
 
 
-def _writers(
-    stats: Stats, total: State, output: Path | None, summary: Path | None, state: Path | None
-) -> dict[Path, Writer]:
-    from wxstats.io.formats.netcdf import netcdf_writer
-    from wxstats.io.formats.summary import summary_writer
-
-    writers: dict[Path, Writer] = {}
-    if output is not None:
-        writers[Path(output)] = netcdf_writer(stats)
-    if summary is not None:
-        writers[Path(summary)] = summary_writer(stats)
-    if state is not None:
-        writers[Path(state)] = total.writer()
-    return writers
+def _writers(first: State, stats: Stats, options: ComputeOptions) -> dict[Path, Writer]:
+    """The files ``compute`` writes for the states' kind of data, from its table
+    (:data:`~wxstats.runtime.targets.TARGETS`): the statistics file, ``--summary``,
+    neural-lam's files into a given ``--output-dir`` only (a merge has no datastore
+    to write beside). The state file is the caller's."""
+    caps = capabilities_of(first.identity["kind"])
+    return {
+        path: writer
+        for target in chosen(caps, options)
+        if target.writers and (options.output_dir or "--output-dir" not in target.writes)
+        for path, writer in target.writers(_Stored(first), stats, options).items()
+    }
