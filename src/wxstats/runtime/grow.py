@@ -77,10 +77,6 @@ def _edge_groups(state: State, before: Any, after: Any, n_t: int, n_h: int) -> n
     return group_index(by, np.array(ns, dtype=np.int64).astype("datetime64[ns]"))
 
 
-def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
-    return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
-
-
 def _check_axis(prev: State, nxt: State, verb: str) -> None:
     """Refuse another kind of time axis or another step (a float axis: to 1e-9
     of a step, as the sources check that times are regular)."""
@@ -219,15 +215,16 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     static = first.static_streams
     for other, part in zip(ordered[1:], at.partials[1:], strict=True):
         for name in static:
-            if not np.array_equal(
-                np.concatenate(_packed(first.part.sums, name)),
-                np.concatenate(_packed(other.part.sums, name)),
-            ):
+            one, two = (
+                RunMoments({name: s.part.sums.streams[name]}).pack() for s in (first, other)
+            )
+            if not np.array_equal(np.concatenate(one), np.concatenate(two)):
                 raise WxstatsError(
                     f"{other.name}: the static variable {name.split('__')[0]} differs from "
                     f"{first.name}'s; a static field must be the same in every range"
                 )
-        part.sums = _time_streams(part.sums, static)  # a static field is counted once
+        time_streams = {n: s for n, s in part.sums.streams.items() if n not in static}
+        part.sums = RunMoments(time_streams)  # a static field is counted once
     cov, time = first.times, at.time
 
     def seam_at(series: str, pos: int, tail: Edges, head: Edges) -> RunMoments:
@@ -237,14 +234,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     total = reduce(lambda x, y: x.merge(y, seam_at), at.partials)
     gaps = _gaps(at)
     joined = [[time[a], time[b - 1], b - a] for a, b in total.coverage.ranges[TIME]]
-    times = TimeCoverage(
-        cov.dtype,
-        joined[0][0],
-        joined[-1][1],
-        len(total.coverage),
-        _step(ordered),
-        joined if gaps else None,
-    )
+    times = TimeCoverage.of_spans(cov.dtype, joined, _step(ordered))
     gap_labels = [[cov.label(time[b - 1]), cov.label(time[c])] for b, c in gaps]
     return State(
         total,
@@ -255,10 +245,6 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
         {**first.attrs, "gaps": gap_labels},
         first.path,
     )
-
-
-def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
-    return RunMoments({stream: acc.streams[stream]}).pack()
 
 
 def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:

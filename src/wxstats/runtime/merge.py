@@ -27,12 +27,12 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
-from wxstats.io.atomic import Writer, prepare_all
+from wxstats.io.atomic import prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths
+from wxstats.runtime.set_outputs import check_neurallam
 from wxstats.runtime.state import State, TimeCoverage
-from wxstats.runtime.targets import chosen, refuse_merge_options
+from wxstats.runtime.targets import Target, chosen, refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
 
 
@@ -145,15 +145,15 @@ def merge_states(
             raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
         if not _neurallam(first):  # beside the state and named after it
             output = state.with_suffix(".stats.nc")
-    planned = [Path(p) for p in (output, summary, state) if p is not None]
-    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
-        check_neurallam(min_std)
-        planned += neurallam_paths(Path(output_dir))
-    if len({p.resolve() for p in planned}) != len(planned):
-        raise WxstatsError("merge: --output, --summary and --state must be different files")
     options = ComputeOptions(
         dataset=first.name, output=output, level_weights=level_weights, **given
     )
+    targets, data = _targets(first, options), _Stored(first)
+    planned = [path for target in targets for path in target.paths(data, options)]
+    if len({p.resolve() for p in planned}) != len(planned):
+        raise WxstatsError("merge: --output, --summary and --state must be different files")
+    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
+        check_neurallam(min_std)
     prepared = prepare_all(dict.fromkeys(planned), overwrite)
     try:
         total = combine(states, allow_gap)
@@ -166,7 +166,12 @@ def merge_states(
             "seconds": round(time.time() - started, 3),
             "host": socket.gethostname(),
         }
-        writers = _writers(first, stats, options)
+        writers = {
+            path: writer
+            for target in targets
+            if target.writers
+            for path, writer in target.writers(data, stats, options).items()
+        }
         if state is not None:
             writers[Path(state)] = total.writer()
         prepared.commit(writers)
@@ -186,7 +191,7 @@ def _read_states(paths: list[Path]) -> list[State]:
 
 @dataclass
 class _Stored:
-    """What the targets' writers ask of the data, from the states (:func:`_writers`)."""
+    """What the targets ask of the data, from the states (:func:`_targets`)."""
 
     state: State
 
@@ -200,15 +205,12 @@ class _Stored:
         return levels_of(next(s for s in self.state.specs if s.diff_steps).long_names)
 
 
-def _writers(first: State, stats: Stats, options: ComputeOptions) -> dict[Path, Writer]:
-    """The files ``compute`` writes for the states' kind of data, from its table
-    (:data:`~wxstats.runtime.targets.TARGETS`): the statistics file, ``--summary``,
-    neural-lam's files into a given ``--output-dir`` only (a merge has no datastore
-    to write beside). The state file is the caller's."""
+def _targets(first: State, options: ComputeOptions) -> list[Target]:
+    """What ``compute`` writes for the states' kind of data, from its table
+    (:data:`~wxstats.runtime.targets.TARGETS`; the state file's writer is the
+    merged state's), neural-lam's files into a given ``--output-dir`` only (a
+    merge has no datastore to write beside)."""
     caps = capabilities_of(first.identity["kind"])
-    return {
-        path: writer
-        for target in chosen(caps, options)
-        if target.writers and (options.output_dir or "--output-dir" not in target.writes)
-        for path, writer in target.writers(_Stored(first), stats, options).items()
-    }
+    return [
+        t for t in chosen(caps, options) if options.output_dir or "--output-dir" not in t.writes
+    ]

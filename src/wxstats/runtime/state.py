@@ -98,7 +98,13 @@ class TimeCoverage:
         dtype = "datetime64[ns]" if times.dtype.kind == "M" else times.dtype.str
         items = [v.item() for v in TimeCoverage.values_of(times)]
         step = items[1] - items[0] if len(items) > 1 else None
-        return TimeCoverage(dtype, items[0], items[-1], len(items), step)
+        return TimeCoverage.of_spans(dtype, [[items[0], items[-1], len(items)]], step)
+
+    @staticmethod
+    def of_spans(dtype: str, spans: list[list[Any]], step: int | float | None) -> TimeCoverage:
+        """Ranges ``[first, last, n]`` in time order, ``step`` apart within each."""
+        n = sum(int(span[2]) for span in spans)
+        return TimeCoverage(dtype, spans[0][0], spans[-1][1], n, step, spans if spans[1:] else None)
 
     def place(self, value: int | float) -> int:
         """The position of a time of this coverage on its steps from its first
