@@ -212,7 +212,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
         return State(
             total, first.specs, datasets=datasets, attrs=dict(first.attrs), path=first.path
         )
-    static = first.static_streams
+    static = [s.name for s in first.specs if not s.diff_steps]
     for other, part in zip(ordered[1:], at.partials[1:], strict=True):
         for name in static:
             one, two = (

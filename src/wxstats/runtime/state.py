@@ -237,10 +237,6 @@ class State:
         return self.part.identity
 
     @property
-    def static_streams(self) -> list[str]:
-        return [s.name for s in self.specs if not s.diff_steps]
-
-    @property
     def name(self) -> str:
         return self.path or "the new data"
 
