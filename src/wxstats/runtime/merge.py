@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -41,15 +41,12 @@ def _neurallam(state: State) -> bool:
     return capabilities_of(state.identity["kind"]).neurallam_files
 
 
-def _refuse_output_options(state: State, options: dict[str, Any]) -> ComputeOptions:
+def _refuse_output_options(state: State, options: dict[str, Any]) -> None:
     """Outputs this state's kind of data does not have, refused as ``compute``'s
-    (:func:`wxstats.runtime.targets.refuse_merge_options`); else the options."""
+    (:func:`wxstats.runtime.targets.refuse_merge_options`)."""
     caps = capabilities_of(state.identity["kind"])
-    given = ComputeOptions(
-        dataset=state.name, **{k: v for k, v in options.items() if v is not None}
-    )
-    refuse_merge_options(state.name, caps, given)
-    return given
+    given = {k: v for k, v in options.items() if v is not None}
+    refuse_merge_options(state.name, caps, ComputeOptions(dataset=state.name, **given))
 
 
 def update_options(
@@ -106,8 +103,8 @@ def update_options(
 
 def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:
     """``wxstats update`` of a MEPS state: a run over the datastore's samples that
-    are not in the state (:meth:`Growth.check` leaves the others out), with the state's
-    split and step length, writing neural-lam's files as ``compute`` does."""
+    are not in the state (:meth:`Growth.check` leaves out those counted), with
+    the state's split and step length, writing neural-lam's files as ``compute`` does."""
     ident = of.identity
     return ComputeOptions(
         dataset=dataset,
@@ -148,7 +145,7 @@ def merge_states(
     options = ComputeOptions(
         dataset=first.name, output=output, level_weights=level_weights, **given
     )
-    targets, data = _targets(first, options), _Stored(first)
+    targets, data = _targets(first, options), _datastore(first)
     planned = [path for target in targets for path in target.paths(data, options)]
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
@@ -189,20 +186,13 @@ def _read_states(paths: list[Path]) -> list[State]:
     return [State.read(str(p)) for p in paths]
 
 
-@dataclass
-class _Stored:
-    """What the targets ask of the data, from the states (:func:`_targets`)."""
+def _datastore(state: State) -> Any:
+    """What the targets ask of the data (neural-lam's: its step and levels), from the states."""
+    from wxstats.sources.meps import levels_of
 
-    state: State
-
-    @property
-    def step_length(self) -> int:
-        return int(self.state.identity["diff_steps"][0])
-
-    def levels(self) -> list[str]:
-        from wxstats.sources.meps import levels_of
-
-        return levels_of(next(s for s in self.state.specs if s.diff_steps).long_names)
+    spec = next((s for s in state.specs if s.diff_steps), None)
+    step = int(state.identity["diff_steps"][0])
+    return SimpleNamespace(step_length=step, levels=lambda: levels_of(spec.long_names))
 
 
 def _targets(first: State, options: ComputeOptions) -> list[Target]:
