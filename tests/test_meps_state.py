@@ -25,7 +25,7 @@ from wxstats.cli import main
 from wxstats.core.stats import MEPS_FLUX
 from wxstats.io.formats.neurallam import NEURALLAM_FILES
 from wxstats.io.read import NETCDF_NAME, read_stats
-from wxstats.runtime.state import SampleCoverage, State
+from wxstats.runtime.state import State
 
 Q = ["--quiet"]
 
@@ -83,8 +83,8 @@ def same_outputs(folder: Path, full: Path) -> None:
 def test_a_state_covers_its_samples_and_keeps_no_edges(stores, meps_small):
     root, *_ = stores
     state = State.read(str(root / "a.wxstate"))
-    assert state.coverage == SampleCoverage(tuple(names(meps_small)[:5]))
-    assert state.head == {} and state.tail == {}
+    assert state.samples == tuple(names(meps_small)[:5]) and state.times is None
+    assert state.part.heads == {} and state.part.tails == {}
     # compute --state also wrote the datastore's own static files
     assert (root / "a" / "static" / "parameter_mean.pt").is_file()
 
@@ -126,7 +126,7 @@ def test_update_with_the_full_datastore_adds_only_the_new_samples(
     last = ["--state", str(grown)]
     out = update_chain(root / "a.wxstate", [full], tmp_path, output_dir=tmp_path / "u", last=last)
     same_outputs(out, full)  # a sample counted twice would change every byte
-    assert State.read(str(grown)).coverage.samples == tuple(names(meps_small))
+    assert State.read(str(grown)).samples == tuple(names(meps_small))
     # the grown state merges like any other; all of it again is nothing to add
     same_outputs(merge_states([grown], tmp_path / "m", flag="--output-dir"), full)
     again = ["update", str(grown), str(full), "--output-dir", str(tmp_path / "x")]
@@ -152,7 +152,7 @@ def test_update_writes_the_datastores_static_files_by_default(stores, meps_small
     shutil.copy(root / "a.wxstate", state)
     assert main(["update", str(state), str(bigger), "--state", str(state), "--overwrite", *Q]) == 0
     same_outputs(bigger.parent / "static", full)
-    assert State.read(str(state)).coverage.samples == tuple(names(meps_small))
+    assert State.read(str(state)).samples == tuple(names(meps_small))
 
 
 def test_overlapping_samples_are_refused(stores, meps_small, tmp_path, capsys):

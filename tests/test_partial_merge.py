@@ -311,3 +311,18 @@ def test_overlapping_or_foreign_partials_are_refused_and_left_unchanged():
     assert [_partial_bytes(left), _partial_bytes(right)] == before
     empty = Partial.empty(left.sums, left.identity, left.reach)
     assert _partial_bytes(empty.merge(left)) == _partial_bytes(left)
+
+
+def test_a_partial_moved_to_other_positions_is_the_partial_computed_there():
+    """Ranges computed at their own positions (a state's steps from its own first
+    time), moved onto a larger grid: the partial computed at those positions,
+    byte for byte, which then merges with the rest into the whole run."""
+    rng = np.random.default_rng(5)
+    a = (280.0 + 9.0 * rng.standard_normal((12, 5, 2))).astype(np.float32)
+    own = _run_partial(a[3:10], [(0, 3), (5, 7)], None)  # steps 3-5 and 8-9 of a
+    moved = own.moved("train", {0: 3, 5: 8})
+    assert _partial_bytes(moved) == _partial_bytes(_run_partial(a, [(3, 6), (8, 10)], None))
+    assert _partial_bytes(own) == _partial_bytes(_run_partial(a[3:10], [(0, 3), (5, 7)], None))
+    rest = _run_partial(a, [(0, 3), (6, 8), (10, 12)], None)
+    whole = moved.merge(rest, _seam_of(None))
+    assert _partial_bytes(whole) == _partial_bytes(_run_partial(a, [(0, 12)], None))

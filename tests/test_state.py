@@ -432,7 +432,10 @@ def test_state_from_three_processes_is_the_same_state(data, tmp_path, monkeypatc
     args = ["compute", str(root / "a.zarr"), "--state", str(three), "--nproc", "3"]
     assert main([*args, "--output", str(tmp_path / "a3.nc"), "--block-mb", "0.001", *STEPS]) == 0
     one, many = State.read(str(root / "a.wxstate")), State.read(str(three))
-    assert all(np.array_equal(x, y) for x, y in zip(one.acc.pack(), many.acc.pack(), strict=True))
+    assert all(
+        np.array_equal(x, y)
+        for x, y in zip(one.part.sums.pack(), many.part.sums.pack(), strict=True)
+    )
     rest = [root / "b.zarr", root / "c.nc"]
     abc = update_chain(three, rest, tmp_path, last=["--nproc", "3"])
     assert values(abc) == values(root / "full.nc")

@@ -220,6 +220,22 @@ class Partial:
         coverage = self.coverage.union(other.coverage)
         return Partial(sums, coverage, self.identity, self.reach, heads, tails)
 
+    def moved(self, series: str, to: Mapping[int, int]) -> Partial:
+        """The same sums with each range ``[a, b)`` of ``series`` (and its edges)
+        at ``to[a]`` (partials of different origins placed on one grid)."""
+        by = {}
+        for a, b in self.coverage.ranges.get(series, ()):
+            by[a] = by[b] = to[a] - a  # ranges never touch: a start is no stop
+
+        def at(key: tuple[str, int]) -> tuple[str, int]:
+            return (series, key[1] + by[key[1]]) if key[0] == series else key
+
+        ranges = {**self.coverage.ranges}
+        ranges[series] = tuple((a + by[a], b + by[a]) for a, b in ranges.get(series, ()))
+        heads = {at(k): e for k, e in self.heads.items()}
+        tails = {at(k): e for k, e in self.tails.items()}
+        return Partial(self.sums, Coverage(ranges), self.identity, self.reach, heads, tails)
+
     def extract(self, specs: list[StreamSpec], kind: str) -> Stats:
         """The statistics, rounded once (:meth:`RunMoments.extract`)."""
         return self.sums.extract(specs, kind)

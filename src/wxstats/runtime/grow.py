@@ -32,12 +32,9 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime.engine import blocks_accumulator
 from wxstats.runtime.state import (
-    COVERAGES,
     TIME,
-    SampleCoverage,
     State,
     TimeCoverage,
-    coverage_of,
     identity_of,
     refuse_mismatch,
     source_name,
@@ -81,14 +78,10 @@ def _edge_groups(state: State, before: Any, after: Any, n_t: int, n_h: int) -> n
     return group_index(by, np.array(ns, dtype=np.int64).astype("datetime64[ns]"))
 
 
-def _time_streams(acc: RunMoments, static: list[str]) -> RunMoments:
-    return RunMoments({n: s for n, s in acc.streams.items() if n not in static})
-
-
 def _check_axis(prev: State, nxt: State, verb: str) -> None:
     """Refuse another kind of time axis or another step (a float axis: to 1e-9
     of a step, as the sources check that times are regular)."""
-    a, b = prev.coverage, nxt.coverage
+    a, b = prev.times, nxt.times
     if a.dtype != b.dtype:
         raise WxstatsError(
             f"{nxt.name}: cannot {verb} {prev.name}: its time axis holds {b.dtype} values, "
@@ -122,15 +115,12 @@ def placed(states: list[State], allow_gap: bool, verb: str) -> Placed:
     a gap unless allowed (or inside a state's own gap). The one rule of
     :func:`combine` and of an update's check before it reads the data (a state
     of the new data without sums: :meth:`Growth.check`)."""
-    if isinstance(states[0].coverage, SampleCoverage):
-        states = sorted(states, key=lambda s: s.coverage.samples[0])
-    else:
-        states = sorted(states, key=lambda s: s.coverage.first)
+    states = sorted(states, key=lambda s: s.times.first if s.times else s.samples[0])
     first = states[0]
     for other in states[1:]:
         refuse_mismatch(first, other.identity, other.name, verb)
-    if isinstance(first.coverage, SampleCoverage):  # no difference crosses two samples
-        out = Placed(states, [s.partial() for s in states])
+    if first.times is None:  # no difference crosses two samples
+        out = Placed(states, [s.part for s in states])
     else:
         out = _on_grid(states, verb)
     for i, j in combinations(range(len(states)), 2):
@@ -140,12 +130,12 @@ def placed(states: list[State], allow_gap: bool, verb: str) -> Placed:
             what = f"both count sample {shared[0]} (" if shared[0] != TIME else ""
             unit = "sample" if shared[0] != TIME else "time step"
             raise WxstatsError(
-                f"{b.name}: overlaps {a.name}: {what}{b.coverage.text} vs {a.coverage.text}"
+                f"{b.name}: overlaps {a.name}: {what}{b.text} vs {a.text}"
                 f"{')' if what else ''}; each {unit} may be counted once"
             )
     for b, c in _gaps(out):
         after, before = out.time[c], out.time[b - 1]
-        inside = any(s.coverage.first < after and s.coverage.last > before for s in states)
+        inside = any(s.times.first < after and s.times.last > before for s in states)
         if not (allow_gap or inside):
             raise _gap(out.starts[c], out.ends[b], after, before, _step(states))
     return out
@@ -153,19 +143,19 @@ def placed(states: list[State], allow_gap: bool, verb: str) -> Placed:
 
 def _step(states: list[State]) -> int | float | None:
     """The time step of the first state with more than one step."""
-    return next((s.coverage.step for s in states if s.coverage.step is not None), None)
+    return next((s.times.step for s in states if s.times.step is not None), None)
 
 
 def _on_grid(ordered: list[State], verb: str) -> Placed:
-    """Time ranges on one grid of time steps from the earliest time (each range
-    with its edges: :meth:`State.partial`)."""
+    """Time ranges on one grid of time steps from the earliest time (each
+    state's partial moved there, :meth:`~wxstats.core.partial.Partial.moved`)."""
     first = ordered[0]
     ruler = first  # the first state with a time step (more than one step) gives it
     for other in ordered[1:]:
         _check_axis(ruler, other, verb)
-        ruler = ruler if ruler.coverage.step is not None else other
-    cov, step = first.coverage, ruler.coverage.step
-    singles = sorted({s.coverage.first for s in ordered})  # no step: one step each
+        ruler = ruler if ruler.times.step is not None else other
+    cov, step = first.times, ruler.times.step
+    singles = sorted({s.times.first for s in ordered})  # no step: one step each
 
     def place(state: State, value: int | float) -> int:
         """A time's position on the grid of steps from the earliest time."""
@@ -180,10 +170,11 @@ def _on_grid(ordered: list[State], verb: str) -> Placed:
 
     out = Placed(ordered, [])
     for state in ordered:
-        part = state.partial(lambda v, s=state: place(s, v))
+        spans = list(zip(state.part.coverage.ranges[TIME], state.times.spans, strict=True))
+        part = state.part.moved(TIME, {a: place(state, t) for (a, _), (t, _, _) in spans})
         out.partials.append(part)
-        for (a, b), (first_time, last_time, _) in zip(
-            part.coverage.ranges[TIME], state.coverage.spans, strict=True
+        for (a, b), (_, (first_time, last_time, _)) in zip(
+            part.coverage.ranges[TIME], spans, strict=True
         ):
             out.starts[a], out.ends[b] = state, state
             out.time[a], out.time[b - 1] = first_time, last_time
@@ -200,7 +191,7 @@ def _gaps(at: Placed) -> list[tuple[int, int]]:
 
 def _gap(later: State, earlier: State, first: Any, last: Any, step: Any) -> WxstatsError:
     """``later`` starts at ``first``, not the step after ``earlier``'s ``last``."""
-    cov = earlier.coverage
+    cov = earlier.times
     expected = cov.label(last + step) if step is not None else "the next time step"
     return WxstatsError(
         f"{later.name}: leaves a gap after {earlier.name}: it starts at {cov.label(first)}, "
@@ -216,76 +207,56 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
     written: what :func:`placed` refuses, a static field that differs."""
     at = placed(states, allow_gap, verb)
     ordered, first = at.states, at.states[0]
-    if isinstance(first.coverage, SampleCoverage):
+    datasets = [d for s in ordered for d in s.datasets]
+    if first.times is None:
         total = reduce(Partial.merge, at.partials)
         return State(
-            identity=first.identity,
-            specs=first.specs,
-            coverage=SampleCoverage(tuple(total.coverage.ranges)),
-            acc=total.sums,
-            datasets=[d for s in ordered for d in s.datasets],
-            attrs=dict(first.attrs),
-            path=first.path,
+            total, first.specs, datasets=datasets, attrs=dict(first.attrs), path=first.path
         )
-    static = first.static_streams
+    static = [s.name for s in first.specs if not s.diff_steps]
     for other, part in zip(ordered[1:], at.partials[1:], strict=True):
         for name in static:
-            if not np.array_equal(
-                np.concatenate(_packed(first.acc, name)), np.concatenate(_packed(other.acc, name))
-            ):
+            one, two = (
+                RunMoments({name: s.part.sums.streams[name]}).pack() for s in (first, other)
+            )
+            if not np.array_equal(np.concatenate(one), np.concatenate(two)):
                 raise WxstatsError(
                     f"{other.name}: the static variable {name.split('__')[0]} differs from "
                     f"{first.name}'s; a static field must be the same in every range"
                 )
-        part.sums = _time_streams(part.sums, static)  # a static field is counted once
-    cov, time = first.coverage, at.time
+        time_streams = {n: s for n, s in part.sums.streams.items() if n not in static}
+        part.sums = RunMoments(time_streams)  # a static field is counted once
+    cov, time = first.times, at.time
 
     def seam_at(series: str, pos: int, tail: Edges, head: Edges) -> RunMoments:
         where = f"{at.starts[pos].name}: the differences across {cov.label(time[pos])}"
         return seam(first, tail, head, time[pos - 1], time[pos], where)
 
     total = reduce(lambda x, y: x.merge(y, seam_at), at.partials)
-    ranges = total.coverage.ranges[TIME]
     gaps = _gaps(at)
-    joined = [[time[a], time[b - 1], b - a] for a, b in ranges]
-    n = sum(r[2] for r in joined)
+    joined = [[time[a], time[b - 1], b - a] for a, b in total.coverage.ranges[TIME]]
+    times = TimeCoverage.of_spans(cov.dtype, joined, _step(ordered))
+    gap_labels = [[cov.label(time[b - 1]), cov.label(time[c])] for b, c in gaps]
     return State(
-        identity=first.identity,
-        specs=first.specs,
-        coverage=TimeCoverage(
-            cov.dtype, joined[0][0], joined[-1][1], n, _step(ordered), joined if gaps else None
-        ),
-        acc=total.sums,
-        head={
-            v: np.concatenate([total.heads[(TIME, a)][v] for a, _ in ranges]) for v in first.head
-        },
-        tail={
-            v: np.concatenate([total.tails[(TIME, b)][v] for _, b in ranges]) for v in first.tail
-        },
-        weights=first.weights,
-        datasets=[d for s in ordered for d in s.datasets],
-        attrs={
-            **first.attrs,
-            "gaps": [[cov.label(time[b - 1]), cov.label(time[c])] for b, c in gaps],
-        },
-        path=first.path,
+        total,
+        first.specs,
+        times,
+        first.weights,
+        datasets,
+        {**first.attrs, "gaps": gap_labels},
+        first.path,
     )
-
-
-def _packed(acc: RunMoments, stream: str) -> tuple[np.ndarray, ...]:
-    return RunMoments({stream: acc.streams[stream]}).pack()
 
 
 def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     """The statistics of a state, attributes saying what it covers."""
-    stats = state.acc.extract(state.specs, state.identity["kind"])
-    cov = state.coverage
+    stats = state.part.extract(state.specs, state.identity["kind"])
     stats.attrs = dict(state.attrs)
     stats.attrs.pop("gaps", None)
     stats.attrs.pop("statistics_period", None)  # of the first range only: splits says all
     split = state.identity["split"]
     stats.attrs["dataset"] = "; ".join(dict.fromkeys(d[0] for d in state.datasets))
-    stats.attrs["splits"] = cov.split_text(split)
+    stats.attrs["splits"] = state.split_text(split)
     stats.attrs["skipna"] = int(state.identity["skipna"])
     stats.attrs["grown_from"] = "; ".join(f"{d[0]}: {d[1]} to {d[2]}" for d in state.datasets)
     if state.attrs.get("gaps"):
@@ -320,16 +291,24 @@ class Growth:
         identity = identity_of(source, skipna)
         if base is None:
             return
-        if type(base.coverage) is not COVERAGES.get(source.capabilities.state):
+        kinds = {"time ranges": True, "samples": False}  # of times, or of samples
+        if kinds.get(source.capabilities.state) != (base.times is not None):
             raise WxstatsError(
                 f"{name}: cannot update {base.name}: kind of data {source.kind}, the "
                 f"state's {base.identity['kind']}"
             )
-        base.coverage.leave_out(source, base.name)  # before the samples are counted
+        if base.times is None:  # an update adds the samples not counted yet
+            source.leave_out(set(base.samples))
+            if len(source) == 0:
+                raise WxstatsError(
+                    f"{name}: every sample of its {source.split} split is in {base.name} "
+                    "already; nothing to add"
+                )
         refuse_mismatch(base, identity, name, "update")
-        new = State(identity, source.streams, coverage_of(source), RunMoments({}), path=name)
-        placed([base, new], self.allow_gap, "update")
-        if isinstance(base.coverage, TimeCoverage) and source.splits[0].start > 0:
+        placed(
+            [base, state_of_run(source, RunMoments({}), identity, False)], self.allow_gap, "update"
+        )
+        if base.times is not None and source.splits[0].start > 0:
             self._check_tail(source)  # the data holds the state's times too
 
     def _check_tail(self, source: TimeAxisSource) -> None:
@@ -338,9 +317,9 @@ class Growth:
         (else the old part changed and the state no longer describes it)."""
         base = self.base
         start = source.splits[0].start
-        n = min(base.reach, int(base.coverage.spans[-1][2])) if base.tail else 0
-        last = {v: e[len(e) - n :] for v, e in base.tail.items()}  # of the last range
-        cov = base.coverage
+        cov, end = base.times, base.part.coverage.ranges[TIME][-1][1]
+        last = base.part.tails[(TIME, end)]  # the last range's last steps
+        n = len(next(iter(last.values()))) if last else 0
         found = TimeCoverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]
         if found.tolist() != expected:
@@ -361,7 +340,7 @@ class Growth:
 
     def grown(self, source: Source, acc: RunMoments, skipna: bool) -> Stats:
         """The statistics after the run, keeping the state to write."""
-        new = state_of_run(source, acc, skipna)
+        new = state_of_run(source, acc, identity_of(source, skipna))
         if self.base is None:
             self.result = new
             return acc.extract(source.streams, source.kind)

@@ -19,6 +19,7 @@ import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,12 +27,12 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
-from wxstats.io.atomic import Writer, prepare_all
+from wxstats.io.atomic import prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.set_outputs import check_neurallam, neurallam_paths, neurallam_set
+from wxstats.runtime.set_outputs import check_neurallam
 from wxstats.runtime.state import State, TimeCoverage
-from wxstats.runtime.targets import refuse_merge_options
+from wxstats.runtime.targets import Target, chosen, refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
 
 
@@ -86,7 +87,7 @@ def update_options(
         probe.close()
     first = 0
     if only_new:
-        cov = state.coverage
+        cov = state.times
         later = np.flatnonzero(TimeCoverage.values_of(times) > cov.last)
         if later.size == 0:
             raise WxstatsError(
@@ -102,8 +103,8 @@ def update_options(
 
 def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:
     """``wxstats update`` of a MEPS state: a run over the datastore's samples that
-    are not in the state (:meth:`SampleCoverage.leave_out`), with the state's
-    split and step length, writing neural-lam's files as ``compute`` does."""
+    are not in the state (:meth:`Growth.check` leaves out those counted), with
+    the state's split and step length, writing neural-lam's files as ``compute`` does."""
     ident = of.identity
     return ComputeOptions(
         dataset=dataset,
@@ -133,20 +134,23 @@ def merge_states(
     started = time.time()
     states = _read_states(paths)
     first = states[0]
-    outputs = {"output": output, "output_dir": output_dir, "summary": summary, "state": state}
-    _refuse_output_options(first, {**outputs, "level_weights": level_weights, "min_std": min_std})
+    given = {"output_dir": output_dir, "summary": summary, "state": state, "min_std": min_std}
+    _refuse_output_options(first, {**given, "output": output, "level_weights": level_weights})
     if output is None and summary is None and output_dir is None:
         if state is None:
             what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"
             raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
         if not _neurallam(first):  # beside the state and named after it
             output = state.with_suffix(".stats.nc")
-    planned = [Path(p) for p in (output, summary, state) if p is not None]
-    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
-        check_neurallam(min_std)
-        planned += neurallam_paths(Path(output_dir))
+    options = ComputeOptions(
+        dataset=first.name, output=output, level_weights=level_weights, **given
+    )
+    targets, data = _targets(first, options), _datastore(first)
+    planned = [path for target in targets for path in target.paths(data, options)]
     if len({p.resolve() for p in planned}) != len(planned):
         raise WxstatsError("merge: --output, --summary and --state must be different files")
+    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
+        check_neurallam(min_std)
     prepared = prepare_all(dict.fromkeys(planned), overwrite)
     try:
         total = combine(states, allow_gap)
@@ -159,9 +163,14 @@ def merge_states(
             "seconds": round(time.time() - started, 3),
             "host": socket.gethostname(),
         }
-        writers = _writers(stats, total, output, summary, state)
-        if output_dir is not None:
-            writers.update(_neurallam_set(first, output_dir, stats, level_weights, min_std))
+        writers = {
+            path: writer
+            for target in targets
+            if target.writers
+            for path, writer in target.writers(data, stats, options).items()
+        }
+        if state is not None:
+            writers[Path(state)] = total.writer()
         prepared.commit(writers)
     finally:
         prepared.discard()  # a refused merge leaves no temporary file or new folder
@@ -177,35 +186,21 @@ def _read_states(paths: list[Path]) -> list[State]:
     return [State.read(str(p)) for p in paths]
 
 
-def _neurallam_set(
-    state: State,
-    folder: Path,
-    stats: Stats,
-    level_weights: dict[str, float] | None,
-    min_std: float | None,
-) -> dict[Path, Writer]:
-    """neural-lam's files of MEPS states in ``folder``; their step, flux stream
-    and levels from the state, as the datastore gave them."""
+def _datastore(state: State) -> Any:
+    """What the targets ask of the data (neural-lam's: its step and levels), from the states."""
     from wxstats.sources.meps import levels_of
 
-    spec = next(s for s in state.specs if s.diff_steps)
+    spec = next((s for s in state.specs if s.diff_steps), None)
     step = int(state.identity["diff_steps"][0])
-    return neurallam_set(
-        Path(folder), stats, step, levels_of(spec.long_names), level_weights, min_std
-    )
+    return SimpleNamespace(step_length=step, levels=lambda: levels_of(spec.long_names))
 
 
-def _writers(
-    stats: Stats, total: State, output: Path | None, summary: Path | None, state: Path | None
-) -> dict[Path, Writer]:
-    from wxstats.io.formats.netcdf import netcdf_writer
-    from wxstats.io.formats.summary import summary_writer
-
-    writers: dict[Path, Writer] = {}
-    if output is not None:
-        writers[Path(output)] = netcdf_writer(stats)
-    if summary is not None:
-        writers[Path(summary)] = summary_writer(stats)
-    if state is not None:
-        writers[Path(state)] = total.writer()
-    return writers
+def _targets(first: State, options: ComputeOptions) -> list[Target]:
+    """What ``compute`` writes for the states' kind of data, from its table
+    (:data:`~wxstats.runtime.targets.TARGETS`; the state file's writer is the
+    merged state's), neural-lam's files into a given ``--output-dir`` only (a
+    merge has no datastore to write beside)."""
+    caps = capabilities_of(first.identity["kind"])
+    return [
+        t for t in chosen(caps, options) if options.output_dir or "--output-dir" not in t.writes
+    ]

@@ -1,19 +1,18 @@
 """What a statistics state is of, and when two states may become one.
 
-A :class:`State` is a :class:`~wxstats.core.partial.Partial` of one split of
-some data as the state file holds it (:meth:`State.partial`): exact sums, the
-identity of the data, what of it was counted (its coverage, as the data's
-capabilities decide, :data:`COVERAGES`: time ranges of a zarr/netCDF dataset,
-:class:`TimeCoverage`, with the edge steps of each range; a set of samples of
-a neural-lam MEPS datastore, :class:`SampleCoverage`, no edges as no
-difference crosses two samples). How states join is :mod:`wxstats.runtime.grow`;
-the file format is :mod:`wxstats.io.formats.wxstate`; here the contents are
-given meaning, and mismatches are refused in one line that says what differs.
+A :class:`State` is a :class:`~wxstats.core.partial.Partial` (exact sums, the
+identity of the data, the units counted and each time range's edge steps)
+plus what it is of, for messages and the file: a zarr/netCDF dataset's time
+ranges (:class:`TimeCoverage`: the times of the partial's positions) or a
+neural-lam MEPS datastore's samples (a unit each, named by file: no
+difference crosses two samples), the datasets, weights and attributes. How
+states join is :mod:`wxstats.runtime.grow`; the file format is
+:mod:`wxstats.io.formats.wxstate`; here the contents are given meaning, and
+mismatches are refused in one line that says what differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,7 @@ from wxstats.core.streams import Pooling, StreamLayout, StreamSpec, with_feature
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
 from wxstats.runtime.identity import VERSION, first_difference, run_identity
-from wxstats.sources.base import SampleSetSource, Source, TimeAxisSource, time_axis
+from wxstats.sources.base import Source, TimeAxisSource, time_axis
 
 
 @dataclass(frozen=True)
@@ -100,15 +99,20 @@ class TimeCoverage:
         dtype = "datetime64[ns]" if times.dtype.kind == "M" else times.dtype.str
         items = [v.item() for v in TimeCoverage.values_of(times)]
         step = items[1] - items[0] if len(items) > 1 else None
-        return TimeCoverage(dtype, items[0], items[-1], len(items), step)
+        return TimeCoverage.of_spans(dtype, [[items[0], items[-1], len(items)]], step)
 
-    def edges(self, source: TimeAxisSource, reach: int) -> tuple[dict[str, np.ndarray], ...]:
-        """The first and last ``reach`` steps of the run's split (read now)."""
-        split, n = source.splits[0], min(reach, self.n)
-        return source.steps(split.start, split.start + n), source.steps(split.stop - n, split.stop)
+    @staticmethod
+    def of_spans(dtype: str, spans: list[list[Any]], step: int | float | None) -> TimeCoverage:
+        """Ranges ``[first, last, n]`` in time order, ``step`` apart within each."""
+        n = sum(int(span[2]) for span in spans)
+        return TimeCoverage(dtype, spans[0][0], spans[-1][1], n, step, spans if spans[1:] else None)
 
-    def leave_out(self, source: TimeAxisSource, where: str) -> None:
-        """An update's new time steps are chosen by its split (:func:`update_options`)."""
+    def place(self, value: int | float) -> int:
+        """The position of a time of this coverage on its steps from its first
+        time (no step: the range's number, twice, so ranges never touch)."""
+        if self.step is None:
+            return 2 * [span[0] for span in self.spans].index(value)
+        return int(np.rint((value - self.first) / self.step))
 
     @staticmethod
     def values_of(times: np.ndarray) -> np.ndarray:
@@ -118,73 +122,8 @@ class TimeCoverage:
         return times
 
 
-@dataclass(frozen=True)
-class SampleCoverage:
-    """The samples a state of a neural-lam MEPS datastore covers: their file
-    names (``nwp_YYYYMMDDHH_mbrNNN.npy``: analysis time and member), sorted.
-    A sample is independent (no difference crosses two), so any disjoint sets
-    join, in any order; a sample counted twice is refused."""
-
-    samples: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "samples", tuple(sorted(self.samples)))
-
-    @property
-    def n(self) -> int:
-        return len(self.samples)
-
-    @property
-    def bounds(self) -> tuple[str, str]:
-        return self.samples[0], self.samples[-1]
-
-    @property
-    def text(self) -> str:
-        return f"{self.n} samples, {self.samples[0]} to {self.samples[-1]}"
-
-    def split_text(self, split: str) -> str:
-        return f"{split}: {self.text}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"samples": list(self.samples)}
-
-    @staticmethod
-    def of_source(source: SampleSetSource) -> SampleCoverage:
-        return SampleCoverage(tuple(source.sample_names))
-
-    def edges(self, source: SampleSetSource, reach: int) -> tuple[dict[str, np.ndarray], ...]:
-        return {}, {}
-
-    def leave_out(self, source: SampleSetSource, where: str) -> None:
-        """Drop from ``source`` the samples counted already (an update adds the
-        others); none left is refused."""
-        source.leave_out(set(self.samples))
-        if len(source) == 0:
-            raise WxstatsError(
-                f"{source_name(source)}: every sample of its {source.split} split is in "
-                f"{where} already; nothing to add"
-            )
-
-
 TIME = "time"
-"""The one series of a time coverage's units (:meth:`State.partial`)."""
-
-Coverage = TimeCoverage | SampleCoverage
-"""What a state covers; each kind has ``n``, ``text``, ``bounds``, ``split_text``,
-``to_json``, ``of_source``, ``edges`` and ``leave_out``."""
-
-COVERAGES: dict[str, type[TimeCoverage] | type[SampleCoverage]] = {
-    "time ranges": TimeCoverage,
-    "samples": SampleCoverage,
-}
-"""The coverage of each :attr:`~wxstats.sources.base.Capabilities.state` a source may declare."""
-
-
-def coverage_from_json(data: dict[str, Any]) -> Coverage:
-    """A coverage as :meth:`to_json` wrote it (time ranges: as before samples had one)."""
-    if "samples" in data:
-        return SampleCoverage(tuple(data["samples"]))
-    return TimeCoverage(**data)
+"""The one series of a time coverage's units."""
 
 
 def _plain(value: Any) -> Any:
@@ -295,16 +234,13 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
 
 @dataclass
 class State:
-    """A statistics state (see module docstring). ``path``: where it was read."""
+    """A statistics state (see module docstring): ``part``'s time positions are
+    the steps of ``times`` (:meth:`TimeCoverage.place`); a state of samples has
+    no ``times`` and a unit per sample. ``path``: where it was read."""
 
-    identity: dict[str, Any]
+    part: Partial
     specs: list[StreamSpec]
-    coverage: Coverage
-    acc: RunMoments
-    head: dict[str, np.ndarray] = field(default_factory=dict)
-    tail: dict[str, np.ndarray] = field(default_factory=dict)
-    """Variable -> the first (last) ``min(reach, n)`` steps of each range of a
-    time coverage, one after the other (a sample coverage: none)."""
+    times: TimeCoverage | None = None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     """Variable name -> its grid-point weights (a weighted state, ``--weights``)."""
     datasets: list[list[str]] = field(default_factory=list)
@@ -312,56 +248,46 @@ class State:
     path: str = ""
 
     @property
-    def reach(self) -> int:
-        return max(self.identity["diff_steps"])
-
-    @property
-    def static_streams(self) -> list[str]:
-        return [s.name for s in self.specs if not s.diff_steps]
+    def identity(self) -> dict[str, Any]:
+        return self.part.identity
 
     @property
     def name(self) -> str:
         return self.path or "the new data"
 
-    def partial(self, place: Callable[[int | float], int] | None = None) -> Partial:
-        """This state as a core partial: a sample coverage's samples as units of
-        their own; a time coverage's ranges as steps of :data:`TIME`, ``place``
-        giving a time's position on the grid of the states being joined, each
-        range with its edges."""
-        if isinstance(self.coverage, SampleCoverage):
-            units = Units({name: ((0, 1),) for name in self.coverage.samples})
-            return Partial(self.acc, units, self.identity)
-        assert place is not None
-        heads, tails, ranges, at = {}, {}, [], 0
-        for first, _, n in self.coverage.spans:
-            a = place(first)
-            b, m = a + int(n), min(self.reach, int(n))
-            heads[(TIME, a)] = {v: e[at : at + m] for v, e in self.head.items()}
-            tails[(TIME, b)] = {v: e[at : at + m] for v, e in self.tail.items()}
-            ranges.append((a, b))
-            at += m
-        return Partial(
-            self.acc, Units({TIME: tuple(ranges)}), self.identity, self.reach, heads, tails
-        )
+    @property
+    def samples(self) -> tuple[str, ...]:
+        """A state of samples: their file names (``nwp_YYYYMMDDHH_mbrNNN.npy``), sorted."""
+        return tuple(self.part.coverage.ranges)
+
+    @property
+    def text(self) -> str:
+        if self.times is not None:
+            return self.times.text
+        return f"{len(self.samples)} samples, {self.samples[0]} to {self.samples[-1]}"
+
+    def split_text(self, split: str) -> str:
+        """The ``splits`` attribute of the statistics of a state."""
+        return self.times.split_text(split) if self.times else f"{split}: {self.text}"
 
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
-        ints, minimum, maximum = self.acc.pack()
+        ints, minimum, maximum = self.part.sums.pack()
         meta = {
             "identity": self.identity,
-            "coverage": self.coverage.to_json(),
+            "coverage": self.times.to_json() if self.times else {"samples": list(self.samples)},
             "streams": [_spec_json(s) for s in self.specs],
             "datasets": self.datasets,
             "attrs": self.attrs,
         }
-        data = StateFile(
-            meta=meta,
-            sums=ints,
-            minimum=minimum,
-            maximum=maximum,
-            edges={v: (self.head[v], self.tail[v]) for v in self.head},
-            weights=dict(self.weights),
-        )
+        ranges = self.part.coverage.ranges.get(TIME, ())
+        heads = [self.part.heads[(TIME, a)] for a, _ in ranges]
+        tails = [self.part.tails[(TIME, b)] for _, b in ranges]
+        edges = {  # each range's edges, one range after the other
+            v: (np.concatenate([h[v] for h in heads]), np.concatenate([t[v] for t in tails]))
+            for v in (heads[0] if heads else {})
+        }
+        data = StateFile(meta, ints, minimum, maximum, edges, weights=dict(self.weights))
         return state_writer(data, __version__)
 
     @staticmethod
@@ -378,23 +304,43 @@ class State:
             specs = [_spec_of(s) for s in meta["streams"]]
             acc = RunMoments.create(specs)
             acc.unpack_like(data.sums, data.minimum, data.maximum)
+            cov = meta["coverage"]
+            times = None if "samples" in cov else TimeCoverage(**cov)
+            edges = [{v: e[i] for v, e in data.edges.items()} for i in (0, 1)]
+            part = _partial(acc, meta["identity"], times, cov.get("samples", ()), *edges)
             return State(
-                identity=meta["identity"],
-                specs=specs,
-                coverage=coverage_from_json(meta["coverage"]),
-                acc=acc,
-                head={v: e[0] for v, e in data.edges.items()},
-                tail={v: e[1] for v, e in data.edges.items()},
-                weights=data.weights,
-                datasets=meta["datasets"],
-                attrs=meta["attrs"],
-                path=str(path),
+                part, specs, times, data.weights, meta["datasets"], meta["attrs"], str(path)
             )
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise WxstatsError(
                 f"{path}: not a usable wxstats state file (its contents do not fit together: "
                 f"{exc}); nothing was written"
             ) from None
+
+
+def _partial(
+    acc: RunMoments,
+    identity: dict[str, Any],
+    times: TimeCoverage | None,
+    samples: Any,
+    head: dict[str, np.ndarray],
+    tail: dict[str, np.ndarray],
+) -> Partial:
+    """A state's partial: each sample a unit of its own; or each time range on
+    the steps of ``times``, with its edges (the first and last ``min(reach, n)``
+    steps of each range, one range after the other in ``head`` and ``tail``)."""
+    if times is None:
+        return Partial(acc, Units({name: ((0, 1),) for name in samples}), identity)
+    reach = max(identity["diff_steps"])
+    heads, tails, ranges, at = {}, {}, [], 0
+    for first, _, n in times.spans:
+        a = times.place(first)
+        b, m = a + int(n), min(reach, int(n))
+        heads[(TIME, a)] = {v: e[at : at + m] for v, e in head.items()}
+        tails[(TIME, b)] = {v: e[at : at + m] for v, e in tail.items()}
+        ranges.append((a, b))
+        at += m
+    return Partial(acc, Units({TIME: tuple(ranges)}), identity, reach, heads, tails)
 
 
 # -- what a source is, for a state -----------------------------------------------------
@@ -409,29 +355,34 @@ def source_name(source: Source) -> str:
     return str(source.path)
 
 
-def state_of_run(source: Source, acc: RunMoments, skipna: bool) -> State:
-    """The state of a finished run over ``source`` (reads its edge time steps, if any)."""
-    coverage = coverage_of(source)
-    identity = identity_of(source, skipna)
-    head, tail = coverage.edges(source, max(identity["diff_steps"]))
+def state_of_run(
+    source: Source, acc: RunMoments, identity: dict[str, Any], edges: bool = True
+) -> State:
+    """The state of a run over ``source`` (with ``edges``, reads its edge time steps)."""
+    times = coverage_of(source)
+    head: dict[str, np.ndarray] = {}
+    tail: dict[str, np.ndarray] = {}
+    if times is not None and edges:
+        split, n = source.splits[0], min(max(identity["diff_steps"]), times.n)
+        head = source.steps(split.start, split.start + n)
+        tail = source.steps(split.stop - n, split.stop)
+    samples = sorted(source.sample_names) if times is None else []
     axis = time_axis(source)
     return State(
-        identity=identity,
-        specs=list(source.streams),
-        coverage=coverage,
-        acc=acc,
-        head=head,
-        tail=tail,
+        _partial(acc, identity, times, samples, head, tail),
+        list(source.streams),
+        times,
         weights={v.name: v.weights for v in axis.vars if v.weights is not None} if axis else {},
-        datasets=[[source_name(source), *coverage.bounds]],
+        datasets=[[source_name(source), *(times.bounds if times else (samples[0], samples[-1]))]],
         attrs=dict(source.attrs),
         path=source_name(source),
     )
 
 
-def coverage_of(source: Source) -> Coverage:
-    """What a run over ``source`` covers, as its capabilities say."""
-    return COVERAGES[source.capabilities.state].of_source(source)
+def coverage_of(source: Source) -> TimeCoverage | None:
+    """The time steps of a run over ``source`` (refused: several splits, times not
+    datetimes or numbers); None for data of samples (its capabilities say)."""
+    return TimeCoverage.of_source(source) if source.capabilities.state == "time ranges" else None
 
 
 def refuse_mismatch(
