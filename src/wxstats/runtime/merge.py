@@ -58,8 +58,8 @@ def update_options(
     (a store appended in place; :meth:`Growth.check` then finds the state's
     last steps unchanged in it). The statistics file defaults to the new
     state's name (else the state's) with ``.stats.nc``."""
+    from wxstats.core.times import fmt_time
     from wxstats.runtime.outputs import open_source
-    from wxstats.sources.xarray.timeaxis import fmt_time
 
     state = State.read(str(base_state))
     _refuse_output_options(state, options)
@@ -186,7 +186,7 @@ def _neurallam_set(
 ) -> dict[Path, Writer]:
     """neural-lam's files of MEPS states in ``folder``; their step, flux stream
     and levels from the state, as the datastore gave them."""
-    from wxstats.sources.meps import levels_of
+    from wxstats.core.conventions import levels_of
 
     spec = next(s for s in state.specs if s.diff_steps)
     step = int(state.identity["diff_steps"][0])
