@@ -1,4 +1,4 @@
-"""An anemoi dataset's run: its source, and the statistics anemoi reads, where they go.
+"""An anemoi dataset's run: missing dates refused; the statistics anemoi reads, where they go.
 
 ``--write-into`` puts them into the dataset itself, ``--format anemoi
 --output S.zarr`` into a sidecar store (:mod:`wxstats.io.formats.anemoi`);
