@@ -192,6 +192,57 @@ def test_the_checker_sees_a_planted_violation(tmp_path):
     assert _layer("wxstats.cli") not in ALLOWED["core"]
 
 
+SOURCE_FACE = {"wxstats.sources.base", "wxstats.sources.kinds", "wxstats.sources.factory"}
+"""What runtime and tools may import of ``sources/``: the protocol, the kinds
+table and the factory; a concrete source is the factory's to choose."""
+
+
+def _past_the_source_face(graph: dict[str, set[str]]) -> list[str]:
+    """Imports by runtime/ and tools/ modules of a ``sources`` module that is not
+    the protocol, the kinds table or the factory (``wxstats.sources`` itself, a
+    package whose ``__init__`` could re-export anything, counts as concrete)."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, imported in graph.items()
+        if _layer(module) in ("runtime", "tools")
+        for target in imported
+        if _layer(target) == "sources" and target not in SOURCE_FACE
+    )
+
+
+def test_runtime_and_tools_know_sources_only_by_protocol_and_factory():
+    """Runtime and tools learn what a kind of data supports from its capabilities
+    and use the protocols of :mod:`wxstats.sources.base`; which source a dataset
+    needs, and the facts of a kind they need (an output's name stem, how an
+    array's change is worded), come from :mod:`wxstats.sources.factory`. Pure
+    time and naming helpers both sides share live in core."""
+    assert set(MODULES) >= SOURCE_FACE, f"missing: {SOURCE_FACE - set(MODULES)}"
+    wrong = _past_the_source_face(GRAPH)
+    assert not wrong, "concrete sources imported by runtime/tools:\n" + "\n".join(wrong)
+
+
+def test_the_knowledge_checker_sees_planted_imports(tmp_path):
+    """A concrete source imported at the top, inside a function, relatively or as a
+    package is found (so the test above can fail); the protocol and factory are not."""
+    bad = tmp_path / "planted.py"
+    bad.write_text(
+        '"""x"""\n\nfrom wxstats.sources.base import Source\n'
+        "from wxstats.sources import factory\n"
+        "from wxstats.sources.xarray.timeaxis import group_index\n\n\n"
+        "def f():\n    from ..sources.meps import MepsSource\n"
+        "    from wxstats.sources import anemoi\n    import wxstats.sources.xarray\n"
+    )
+    planted = "wxstats.runtime.planted"
+    graph = {planted: _imports(bad, planted)}
+    assert _past_the_source_face(graph) == [
+        f"{planted} -> wxstats.sources.anemoi",
+        f"{planted} -> wxstats.sources.meps",
+        f"{planted} -> wxstats.sources.xarray",
+        f"{planted} -> wxstats.sources.xarray.timeaxis",
+    ]
+    assert _past_the_source_face({"wxstats.sources.factory": graph[planted]}) == []
+
+
 # -- what each layer knows: core is pure computation, the engine only orchestrates --
 
 PROCESS_MODULES = {"gc", "ctypes", "resource", "signal"}

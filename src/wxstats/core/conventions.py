@@ -3,7 +3,7 @@
 Sources (reading MEPS, mllam-data-prep, anemoi) and writers/readers of files
 (``wxstats.io``) may not import each other, yet both must spell the same
 names: a stream's role, mllam-data-prep's ``{variable}__{split}__{op}`` and
-``{role}_feature`` names, MEPS's TOA flux, anemoi's time spans (``6h``, ``1d``)
+``{role}_feature`` names, MEPS's TOA flux and levels, anemoi's time spans (``6h``, ``1d``)
 and the attribute that marks wxstats' own files. They live here, in core,
 because both sides may import core; nothing here computes a statistic.
 """
@@ -127,3 +127,9 @@ def diff_label(step: int | None, seconds: int | None = None) -> str:
     ``diff 3 steps`` (see :func:`step_text`), ``diff`` when the file says neither."""
     text = step_text(step, seconds)
     return f"diff {text}" if text else "diff"
+
+
+def levels_of(long_names: list[str]) -> list[str]:
+    """The vertical level of each MEPS long name: its second-last ``_`` field
+    (for ``parameter_weights.npy``)."""
+    return [p[-2] if len(p) >= 2 else "" for p in (name.split("_") for name in long_names)]

@@ -1,4 +1,4 @@
-"""An anemoi dataset's run: its source, and the statistics anemoi reads, where they go.
+"""An anemoi dataset's run: missing dates refused; the statistics anemoi reads, where they go.
 
 ``--write-into`` puts them into the dataset itself, ``--format anemoi
 --output S.zarr`` into a sidecar store (:mod:`wxstats.io.formats.anemoi`);
@@ -16,29 +16,24 @@ from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.formats import anemoi as fmt
 from wxstats.runtime.options import ComputeOptions
-from wxstats.sources.anemoi import DEFAULT_BLOCK_BYTES, STREAM, AnemoiSource
+from wxstats.sources.base import AnemoiStatisticsSource, Source, anemoi_statistics
 
 
-def open_anemoi(options: ComputeOptions) -> AnemoiSource:
-    """The source of an anemoi dataset (its options refused by :mod:`wxstats.runtime.targets`)."""
-    block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
-    source = AnemoiSource(
-        options.dataset,
-        period=options.period,
-        diff_steps=options.diff_steps or None,
-        block_bytes=block,
-        io_threads=options.threads or 0,
+def check_missing(source: Source, options: ComputeOptions) -> None:
+    """Refuse an anemoi dataset with missing dates in its window unless ``--skipna``
+    (anemoi leaves them out; without it they would make every statistic NaN)."""
+    anemoi = anemoi_statistics(source)
+    if anemoi is None or not anemoi.missing or options.skipna:
+        return
+    missing = anemoi.missing
+    shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    raise WxstatsError(
+        f"{options.dataset}: {len(missing)} missing date(s) in the statistics window "
+        f"({shown}), stored as NaN; give --skipna to leave them out as anemoi does"
     )
-    if source.missing and not options.skipna:
-        shown = ", ".join(source.missing[:3]) + (", ..." if len(source.missing) > 3 else "")
-        raise WxstatsError(
-            f"{options.dataset}: {len(source.missing)} missing date(s) in the statistics window "
-            f"({shown}), stored as NaN; give --skipna to leave them out as anemoi does"
-        )
-    return source
 
 
-def check_into_dataset(source: AnemoiSource, options: ComputeOptions) -> None:
+def check_into_dataset(source: AnemoiStatisticsSource, options: ComputeOptions) -> None:
     """Refuse up front what ``--write-into`` could not write into the dataset."""
     fmt.check_dataset(source.path)
     stale = sorted(set(source.stored_tendencies()) - set(source.deltas.values()))
@@ -51,7 +46,7 @@ def check_into_dataset(source: AnemoiSource, options: ComputeOptions) -> None:
         )
 
 
-def check_sidecar(source: AnemoiSource, options: ComputeOptions) -> None:
+def check_sidecar(source: AnemoiStatisticsSource, options: ComputeOptions) -> None:
     """Refuse up front a sidecar store that could not be written."""
     if options.output is None:
         raise WxstatsError(
@@ -60,7 +55,7 @@ def check_sidecar(source: AnemoiSource, options: ComputeOptions) -> None:
     fmt.check_sidecar(Path(options.output), options.overwrite)
 
 
-def _attrs(source: AnemoiSource, stats: Stats) -> dict:
+def _attrs(source: AnemoiStatisticsSource, stats: Stats) -> dict:
     return {
         "statistics_start_date": source.attrs["statistics_start_date"],
         "statistics_end_date": source.attrs["statistics_end_date"],
@@ -68,9 +63,9 @@ def _attrs(source: AnemoiSource, stats: Stats) -> dict:
     }
 
 
-def write_into_dataset(source: AnemoiSource, stats: Stats, options: ComputeOptions):
+def write_into_dataset(source: AnemoiStatisticsSource, stats: Stats, options: ComputeOptions):
     """The write of the statistics anemoi reads into the dataset itself."""
-    arrays = fmt.anemoi_arrays(stats, STREAM, source.deltas)
+    arrays = fmt.anemoi_arrays(stats, source.stream, source.deltas)
 
     def into() -> list[Path]:
         fmt.write_into_dataset(source.path, arrays, _attrs(source, stats))
@@ -79,13 +74,12 @@ def write_into_dataset(source: AnemoiSource, stats: Stats, options: ComputeOptio
     return into
 
 
-def write_sidecar(source: AnemoiSource, stats: Stats, options: ComputeOptions):
+def write_sidecar(source: AnemoiStatisticsSource, stats: Stats, options: ComputeOptions):
     """The write of the statistics anemoi reads into a store of their own."""
-    arrays = fmt.anemoi_arrays(stats, STREAM, source.deltas)
-    group = source.group.attrs.asdict()
+    arrays = fmt.anemoi_arrays(stats, source.stream, source.deltas)
     attrs = _attrs(source, stats) | {
         "variables": source.variables,
-        "frequency": group.get("frequency"),
+        "frequency": source.frequency,
     }
 
     def into() -> list[Path]:

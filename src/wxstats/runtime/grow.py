@@ -69,7 +69,7 @@ def _edge_groups(state: State, before: Any, after: Any, n_t: int, n_h: int) -> n
     by = state.identity.get("by")
     if not by:
         return None
-    from wxstats.sources.xarray.timeaxis import group_index
+    from wxstats.core.times import group_index
 
     step = int(after - before)
     ns = [before - step * (n_t - 1 - i) for i in range(n_t)] + [

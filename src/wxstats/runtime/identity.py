@@ -36,7 +36,7 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.errors import WxstatsError
 from wxstats.sources.base import Source, sample_sizes
-from wxstats.sources.xarray.fingerprint import describe_array_changes
+from wxstats.sources.factory import describe_array_changes
 
 VERSION = 2
 """Of the identity's layout (1: before the grid's coordinates were part of it)."""

@@ -59,8 +59,8 @@ def update_options(
     (a store appended in place; :meth:`Growth.check` then finds the state's
     last steps unchanged in it). The statistics file defaults to the new
     state's name (else the state's) with ``.stats.nc``."""
+    from wxstats.core.times import fmt_time
     from wxstats.runtime.outputs import open_source
-    from wxstats.sources.xarray.timeaxis import fmt_time
 
     state = State.read(str(base_state))
     _refuse_output_options(state, options)
@@ -188,7 +188,7 @@ def _read_states(paths: list[Path]) -> list[State]:
 
 def _datastore(state: State) -> Any:
     """What the targets ask of the data (neural-lam's: its step and levels), from the states."""
-    from wxstats.sources.meps import levels_of
+    from wxstats.core.conventions import levels_of
 
     spec = next((s for s in state.specs if s.diff_steps), None)
     step = int(state.identity["diff_steps"][0])

@@ -1,8 +1,7 @@
-"""Which source a dataset needs, and how a run's outputs are prepared and written.
+"""A run's source opened from its options, and how its outputs are prepared and written.
 
-A neural-lam datastore YAML gets a :class:`~wxstats.sources.meps.MepsSource`,
-an anemoi dataset an :class:`~wxstats.sources.anemoi.AnemoiSource`, anything
-else an :class:`~wxstats.sources.xarray.XarraySource`. What a run writes, and
+Which source a dataset needs is :mod:`wxstats.sources.factory`'s to say (a
+neural-lam datastore YAML, an anemoi dataset, else zarr/netCDF). What a run writes, and
 every option refused, is declared in :mod:`wxstats.runtime.targets`. Every
 output is checked and prepared before any data is read (its temporary file
 written from a template of the statistics: :func:`prepare_outputs`), and
@@ -18,67 +17,43 @@ from typing import Any
 import numpy as np
 
 from wxstats import __version__
-from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Prepared, Writer, prepare_all
+from wxstats.runtime.anemoi_outputs import check_missing
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.set_outputs import split_lengths
 from wxstats.runtime.targets import Plan, chosen, preflight, refuse_options, source_needs
+from wxstats.sources import factory
 from wxstats.sources.base import Source
 
 
-def _is_meps(dataset: str) -> bool:
-    return dataset.endswith((".yaml", ".yml"))
-
-
 def open_source(options: ComputeOptions, given: Any = None) -> Source:
-    """The source for ``options.dataset``: a neural-lam datastore YAML, else
-    xarray (zarr store, netCDF file, glob of netCDF files); ``given``: an
-    ``xarray.Dataset`` the caller opened, read in place of a path (``wxstats.compute``).
-    Options it or the outputs cannot take are refused before it is opened."""
-    from wxstats.sources.anemoi import AnemoiSource, is_anemoi
-    from wxstats.sources.meps import MepsSource
-    from wxstats.sources.xarray import DEFAULT_BLOCK_BYTES, XarrayOptions, XarraySource
-
-    meps = given is None and _is_meps(options.dataset)
-    anemoi = given is None and not meps and is_anemoi(options.dataset)
-    kind = MepsSource if meps else (AnemoiSource if anemoi else XarraySource)
-    refuse_options(options, kind.capabilities)
-    if meps:
-        if len(options.splits) > 1:
-            raise WxstatsError(
-                f"{options.dataset}: a neural-lam datastore takes one --split per run"
-            )
-        return MepsSource(
-            options.dataset,
-            split=options.meps_split,
-            step_length=options.step_length,
-            period=options.period,
-        )
-    if anemoi:
-        from wxstats.runtime.anemoi_outputs import open_anemoi
-
-        return open_anemoi(options)
+    """The source for ``options.dataset`` (:func:`wxstats.sources.factory.open_source`);
+    ``given``: an ``xarray.Dataset`` the caller opened, read in place of a path
+    (``wxstats.compute``). Options it or the outputs cannot take are refused
+    before it is opened."""
+    refuse_options(options, factory.capabilities_for(options.dataset, given))
     weights, time_means = source_needs(options)
-    block = DEFAULT_BLOCK_BYTES if options.block_mb is None else int(options.block_mb * 2**20)
-    return XarraySource(
-        options.dataset if given is None else given,
-        XarrayOptions(
-            splits=options.splits,
-            period=options.period,
-            by=options.by,
-            weights=None if options.weights == "none" else options.weights or weights,
-            time_means=time_means,
-            variables=options.variables or None,
-            time_dim=options.time_dim,
-            diff_steps=options.diff_steps or None,
-            feature_dims=options.feature_dims,
-            pool=options.pool,
-            block_bytes=block,
-            storage_options=options.storage_options,
-            io_threads=options.threads or 0,
-        ),
+    source = factory.open_source(
+        options.dataset,
+        given=given,
+        splits=options.splits,
+        period=options.period,
+        by=options.by,
+        weights=None if options.weights == "none" else options.weights or weights,
+        time_means=time_means,
+        variables=options.variables or None,
+        time_dim=options.time_dim,
+        diff_steps=options.diff_steps or None,
+        feature_dims=options.feature_dims,
+        pool=options.pool,
+        block_bytes=None if options.block_mb is None else int(options.block_mb * 2**20),
+        storage_options=options.storage_options,
+        io_threads=options.threads or 0,
+        step_length=options.step_length,
     )
+    check_missing(source, options)
+    return source
 
 
 def _placeholder(

@@ -52,14 +52,14 @@ class TimeCoverage:
         return self.ranges or [[self.first, self.last, self.n]]
 
     def label(self, value: int | float) -> str:
-        from wxstats.sources.xarray.timeaxis import fmt_time
+        from wxstats.core.times import fmt_time
 
         if self.dtype.startswith("datetime64"):
             return fmt_time(np.datetime64(int(value), "ns"))
         return fmt_time(np.asarray(value, dtype=self.dtype)[()])
 
     def delta(self, step: int | float) -> str:
-        from wxstats.sources.xarray.timeaxis import fmt_delta
+        from wxstats.core.times import fmt_delta
 
         if self.dtype.startswith("datetime64"):
             return fmt_delta(np.timedelta64(int(step), "ns"))

@@ -212,7 +212,7 @@ def _stats_file(source: Source, options: ComputeOptions) -> list[Path]:
         return [Path(options.output)]
     if options.state is not None:
         return [Path(options.state).with_suffix(".stats.nc")]
-    from wxstats.sources.xarray import output_stem
+    from wxstats.sources.factory import output_stem
 
     return [Path(options.output_dir or ".") / f"{output_stem(source.path)}.stats.nc"]
 

@@ -103,6 +103,7 @@ class AnemoiSource:
 
     kind = KIND
     capabilities = KINDS[KIND]
+    stream = STREAM
     work_unit = "time block"
 
     def __init__(
@@ -150,7 +151,8 @@ class AnemoiSource:
             raise InputError(
                 f"{where}: dates has shape {self.dates.shape}, data has {n_dates} dates"
             )
-        self.step_seconds = frequency_seconds(attrs.get("frequency"), where)
+        self.frequency = attrs.get("frequency")
+        self.step_seconds = frequency_seconds(self.frequency, where)
         if n_dates > 1 and np.any(np.diff(self.dates) != np.timedelta64(self.step_seconds, "s")):
             raise InputError(
                 f"{where}: dates are not every {attrs.get('frequency')} (the 'frequency' "

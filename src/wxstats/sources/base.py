@@ -183,6 +183,31 @@ class NeuralLamSource(Source, Protocol):
         ...
 
 
+class AnemoiStatisticsSource(Source, Protocol):
+    """A source whose capabilities say ``anemoi_statistics``: an anemoi dataset,
+    whose statistics are written into it or into a sidecar store."""
+
+    stream: str
+    """The one stream, over every variable, that anemoi's statistics are of."""
+    variables: list[str]
+    deltas: dict[int, str]
+    """The name of each difference step's time span (``6h``): its tendencies' name."""
+    missing: list[str]
+    """Dates of the window stored as NaN (the dataset's ``missing_dates``)."""
+    frequency: Any
+    """The dataset's ``frequency`` attribute, as it records it."""
+    dtype: np.dtype
+
+    def stored_tendencies(self) -> list[str]:
+        """The time spans of the tendency statistics the dataset holds now."""
+        ...
+
+
+def anemoi_statistics(source: Source) -> AnemoiStatisticsSource | None:
+    """``source`` as an :class:`AnemoiStatisticsSource` where its capabilities say so."""
+    return cast("AnemoiStatisticsSource", source) if source.capabilities.anemoi_statistics else None
+
+
 def parse_period(text: str) -> tuple[str, str]:
     """``START/END`` of ``--period`` (an inclusive ISO 8601 interval, selected as
     xarray selects ``slice(START, END)``: ``2015`` or ``2015-12`` end with

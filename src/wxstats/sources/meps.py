@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.conventions import MEPS_FLUX
+from wxstats.core.conventions import MEPS_FLUX, levels_of
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.streams import StreamSpec, listed_features
@@ -56,12 +56,6 @@ def _parse_step_length(value: Any, where: str) -> int:
     if match and int(match.group(1)) > 0:
         return int(match.group(1))
     raise InputError(f"{where}: step_length {value!r} is not a positive whole number of hours")
-
-
-def levels_of(long_names: list[str]) -> list[str]:
-    """The vertical level of each MEPS long name: its second-last ``_`` field
-    (for ``parameter_weights.npy``)."""
-    return [p[-2] if len(p) >= 2 else "" for p in (name.split("_") for name in long_names)]
 
 
 class MepsSource:

@@ -23,6 +23,7 @@ import numpy as np
 from wxstats.core.conventions import stream_name
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
+from wxstats.core.times import fmt_time
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import (
@@ -49,13 +50,11 @@ from wxstats.sources.xarray.open import (
     given_dataset,
     is_zarr,
     open_parts,
-    output_stem,
 )
 from wxstats.sources.xarray.timeaxis import (
     along_time,
     check_sorted,
     diff_steps,
-    fmt_time,
     mdp_splits,
     resolve_splits,
     restrict_to_period,
@@ -70,7 +69,7 @@ from wxstats.storage.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
 from wxstats.storage.urls import is_url
 from wxstats.storage.zarrchunks import ZarrChunkReader, given_zarr_store
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource", "output_stem"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource"]
 
 KIND = "xarray"
 DEFAULT_BLOCK_BYTES = 32 * 2**20

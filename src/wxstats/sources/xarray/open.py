@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import glob as globlib
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -138,14 +137,3 @@ def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list
             stacklevel=2,
         )
     return parts
-
-
-def output_stem(path: str | Path) -> str:
-    """A file name stem for the statistics of ``path`` (``era5.nc`` -> ``era5``)."""
-    name = str(path).rstrip("/").rsplit("/", 1)[-1]
-    for suffix in (".zarr", *NETCDF_SUFFIXES):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    name = re.sub(r"[*?\[\]]", "", name).strip("._-")
-    return name or "dataset"

@@ -19,6 +19,7 @@ import numpy as np
 
 from wxstats.core.conventions import coord_label, has_split_statistics
 from wxstats.core.errors import InputError, first_line
+from wxstats.core.times import GROUPINGS, fmt_delta, fmt_time, group_index, group_values
 
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -39,18 +40,6 @@ class Part:
     ds: Any  # xarray.Dataset, opened lazily without decoding
     start: int
     length: int
-
-
-def fmt_time(value: Any) -> str:
-    if isinstance(value, np.datetime64):
-        import pandas as pd
-
-        return pd.Timestamp(value).isoformat()
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    if isinstance(value, (np.integer, int)):
-        return str(int(value))
-    return repr(float(value)) if isinstance(value, (np.floating, float)) else str(value)
 
 
 def time_values(ds: Any, time_dim: str, where: str) -> np.ndarray:
@@ -119,14 +108,6 @@ def step_seconds(values: np.ndarray, split: Split) -> int | None:
     else:
         return None
     return int(seconds) if float(seconds).is_integer() and seconds > 0 else None
-
-
-def fmt_delta(delta: Any) -> str:
-    if isinstance(delta, np.timedelta64):
-        import pandas as pd
-
-        return str(pd.Timedelta(delta))
-    return str(delta)
 
 
 def time_index(values: np.ndarray):
@@ -329,40 +310,6 @@ def restrict_to_period(
             )
         out.append(Split(split.name, lo, hi, split.label))
     return out
-
-
-GROUPINGS = ("month", "hour", "year")
-
-
-def group_values(by: str, times: np.ndarray | None = None) -> list[int]:
-    """The groups of a climatology: months 1..12, or hours 0..23 (all of them,
-    so that files and states of any period share one layout); for ``year`` the
-    years that ``times`` (the steps the splits use) hold, known before reading."""
-    if by == "year":  # times are needed (None: pandas refuses)
-        return sorted({int(y) for y in _fields(by, times)})
-    return list(range(1, 13)) if by == "month" else list(range(24))
-
-
-def _fields(by: str, times: np.ndarray | None) -> np.ndarray:
-    """The month, hour or year of each datetime64 time."""
-    import pandas as pd
-
-    index = pd.DatetimeIndex(times)
-    return np.asarray(getattr(index, by), dtype=np.int64)
-
-
-def group_index(by: str, times: np.ndarray, values: list[int] | None = None) -> np.ndarray:
-    """The group (an index into :func:`group_values`, ``values`` for ``year``)
-    of each datetime64 time; -1 for a year not in ``values`` (a step outside
-    every split, never counted)."""
-    fields = _fields(by, times)
-    if by == "month":
-        return fields - 1
-    if by == "hour":
-        return fields
-    known = np.asarray(values if values is not None else group_values(by, times), dtype=np.int64)
-    at = np.minimum(np.searchsorted(known, fields), max(len(known) - 1, 0))
-    return np.where(known[at] == fields, at, -1) if len(known) else np.full(len(fields), -1)
 
 
 def time_groups(
