@@ -36,6 +36,17 @@ def loaded(*args: str) -> set[str]:
     return set(line.split()[1:])
 
 
+def test_the_command_module_imports_no_numpy_before_the_command_tunes_the_process():
+    """``python -m wxstats`` imports ``wxstats.cli`` before :func:`console` sets
+    numpy's environment (``OPENBLAS_NUM_THREADS``: OpenBLAS threads spin otherwise)
+    and pauses the collector; numpy imported then cost every run 0.14 s of CPU
+    (the output-target table, imported for ``--format``'s choices, did)."""
+    code = "import sys, wxstats.cli; print([m for m in ('numpy', 'xarray') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env(),
+                         timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 @pytest.mark.parametrize("args", [["--help"], ["compute", "--help"], ["inspect", "--help"]])
 def test_help_imports_no_library(args):
     assert loaded(*args) == set()

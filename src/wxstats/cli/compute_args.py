@@ -16,7 +16,6 @@ from typing import Any
 
 from wxstats.core.errors import WxstatsError
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.targets import FORMATS, format_help
 
 
 def level_weights(text: str) -> dict[str, float]:
@@ -63,6 +62,10 @@ def steps(text: str) -> tuple[int, ...]:
 
 
 def add_compute_arguments(p: argparse.ArgumentParser) -> None:
+    # the target table imports numpy: not before the command has set numpy's
+    # environment (OPENBLAS_NUM_THREADS) and paused the collector (wxstats.cli.console)
+    from wxstats.runtime.targets import FORMATS, format_help
+
     p.add_argument(
         "dataset",
         help="neural-lam datastore YAML (npyfilesmeps), or a zarr store (folder or URL), "
