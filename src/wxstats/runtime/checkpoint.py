@@ -124,16 +124,14 @@ class Checkpoint:
         manifest = self.directory / MANIFEST
         try:
             old = json.loads(manifest.read_text())
+            why = "" if isinstance(old, dict) else "not a manifest"
         except OSError as exc:
             raise WxstatsError(f"{manifest}: cannot read: {exc.strerror or exc}") from None
         except ValueError:
+            why = "not valid JSON"
+        if why:
             raise WxstatsError(
-                f"{manifest}: the checkpoint is damaged (not valid JSON); remove the folder "
-                f"{self.directory} and rerun without --resume to start afresh"
-            ) from None
-        if not isinstance(old, dict):
-            raise WxstatsError(
-                f"{manifest}: the checkpoint is damaged (not a manifest); remove the folder "
+                f"{manifest}: the checkpoint is damaged ({why}); remove the folder "
                 f"{self.directory} and rerun without --resume to start afresh"
             )
         if old.get("format") != FORMAT_VERSION:

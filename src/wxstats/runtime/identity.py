@@ -61,9 +61,7 @@ _ORDER = (
 _NAMES = {
     "version": "identity version",
     "kind": "kind of data",
-    "split": "split",
     "time_dim": "time dimension",
-    "variables": "variables",
     "grid": "grid shape",
     "channels": "channels read (remove_state_features_with_index)",
     "config": "datastore config file content",
@@ -79,10 +77,6 @@ _NAMES = {
 }
 
 
-def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:16]
-
-
 def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[str, Any]:
     """The parts of a run's identity over ``source`` that ``who`` compares (a
     key of :data:`PARTS`; see module docstring)."""
@@ -96,7 +90,7 @@ def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[
     if "job" in PARTS[who]:
         sizes = np.array(sample_sizes(source), dtype=np.int64)
         whole["job"] = {
-            "samples": [len(source), digest(sizes.tobytes())],
+            "samples": [len(source), hashlib.sha256(sizes.tobytes()).hexdigest()[:16]],
             "wxstats_version": __version__,
         }
     return {p: whole[p] for p in PARTS[who]}
@@ -183,13 +177,16 @@ def _differ(key: str, x: Any, y: Any, here: str, there: str) -> str | None:
     if key == "arrays":
         return "; ".join(describe_array_changes(x or {}, y or {})) or None
     if isinstance(x, dict) and isinstance(y, dict):
-        for k in _keys(x, y):
-            found = _differ(k, x.get(k), y.get(k), here, there)
-            if found:
-                return f"{_NAMES.get(key, key)} {found}"
-        return None
+        found = _first(x, y, here, there)
+        return f"{_NAMES.get(key, key)} {found}" if found else None
     name = _NAMES.get(key, key.replace("_", " "))
     return f"{name}: {_text(x)} in {here}, {_text(y)} in {there}"
+
+
+def _first(x: dict[str, Any], y: dict[str, Any], here: str, there: str) -> str | None:
+    """The first key of ``x`` or ``y`` whose values differ, described."""
+    found = (_differ(k, x.get(k), y.get(k), here, there) for k in _keys(x, y))
+    return next((f for f in found if f), None)
 
 
 def refuse_other_rank(mine: dict[str, Any], rank0: dict[str, Any], rank: int) -> None:
@@ -211,13 +208,8 @@ def first_difference(
     a, b = json.loads(json.dumps(a, default=str)), json.loads(json.dumps(b, default=str))
     for p in _keys(a, b):
         x, y = a.get(p), b.get(p)
-        if p not in _PART_NAMES or not (isinstance(x, dict) and isinstance(y, dict)):
-            found = _differ(p, x, y, here, there)
-        else:
-            found = next(
-                (f for k in _keys(x, y) if (f := _differ(k, x.get(k), y.get(k), here, there))),
-                None,
-            )
+        part = p in _PART_NAMES and isinstance(x, dict) and isinstance(y, dict)
+        found = _first(x, y, here, there) if part else _differ(p, x, y, here, there)
         if found:
             return found
     return None
