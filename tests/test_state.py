@@ -315,6 +315,30 @@ def test_ranges_shorter_than_the_largest_step(data, tmp_path):
     assert values(out) == values(root / "full.nc")
 
 
+def test_single_steps_joined_across_gaps_merge_again(data, tmp_path):
+    """States of one time step each have no time step of their own: joined
+    across gaps, the result holds several such ranges; merged with one more it
+    must place every range (it raised ValueError), and equal merging all three
+    at once, with the values' statistics of those steps (no difference spans a gap)."""
+    root, truth = data
+    full = xr.open_zarr(root / "full.zarr", consolidated=False).load()
+    pieces = {}
+    for k in (0, 3, 7):
+        pieces[f"s{k}"] = write_zarr(full.isel(time=slice(k, k + 1)), tmp_path / f"s{k}.zarr")
+    states = compute_states(pieces, tmp_path, STEPS)
+    pair = merge_states([states["s0"], states["s3"]], tmp_path / "p.wxstate", "--allow-gap")
+    later = merge_states([pair, states["s7"]], tmp_path / "later.nc", "--allow-gap")
+    at_once = merge_states(list(states.values()), tmp_path / "once.nc", "--allow-gap")
+    assert values(later) == values(at_once)
+    stats = read_stats(later)
+    for var in ("t2m", "z", "msl"):
+        x = np.asarray(truth[var], dtype=np.float64)[[0, 3, 7]]  # (time, y, x, feature)
+        x = x.reshape(3, -1, x.shape[-1])
+        got = stats.streams[f"{var}__train"]
+        np.testing.assert_allclose(got.mean, x.mean(axis=(0, 1)), rtol=1e-12)
+        np.testing.assert_allclose(got.std, x.std(axis=(0, 1)), rtol=1e-10)
+
+
 def test_state_refused_for_an_anemoi_dataset(tmp_path, capsys):
     """An anemoi dataset's statistics are rewritten whole, over its window: no state."""
     from test_anemoi import make_dataset

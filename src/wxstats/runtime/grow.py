@@ -155,7 +155,9 @@ def _on_grid(ordered: list[State], verb: str) -> Placed:
         _check_axis(ruler, other, verb)
         ruler = ruler if ruler.times.step is not None else other
     cov, step = first.times, ruler.times.step
-    singles = sorted({s.times.first for s in ordered})  # no step: one step each
+    # no step known (every range a single step): each range's first time is its own
+    # place, two apart so that none is adjacent to another
+    singles = sorted({t for s in ordered for t, _, _ in s.times.spans})
 
     def place(state: State, value: int | float) -> int:
         """A time's position on the grid of steps from the earliest time."""
