@@ -1,0 +1,43 @@
+"""The source factory: what it says a dataset supports before opening it (the
+refusals of options come first, from that) is what the source it opens declares."""
+
+from __future__ import annotations
+
+import pytest
+import xarray as xr
+from gridded_data import gridded, write_zarr
+from test_anemoi import make_dataset
+
+from wxstats.sources.factory import capabilities_for, open_source
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory, meps_small):
+    root = tmp_path_factory.mktemp("factory")
+    ds, _ = gridded(n_time=12)
+    write_zarr(ds, root / "grid.zarr")
+    ds.to_netcdf(root / "grid.nc")
+    make_dataset(root / "an.zarr")
+    return {
+        "MEPS datastore": meps_small,
+        "zarr store": root / "grid.zarr",
+        "netCDF file": root / "grid.nc",
+        "anemoi dataset": root / "an.zarr",
+    }
+
+
+@pytest.mark.parametrize("name", ["MEPS datastore", "zarr store", "netCDF file", "anemoi dataset"])
+def test_capabilities_known_before_opening_are_the_opened_sources(datasets, name):
+    path = datasets[name]
+    before = capabilities_for(str(path))
+    source = open_source(str(path))
+    assert source.capabilities == before, name
+    assert source.path is not None
+
+
+def test_a_given_dataset_is_read_as_xarray_data(datasets):
+    with xr.open_zarr(datasets["zarr store"], consolidated=False) as ds:
+        before = capabilities_for("in memory", ds)
+        source = open_source("in memory", given=ds)
+        assert source.capabilities == before
+        assert before.time_splits and not before.neurallam_files
