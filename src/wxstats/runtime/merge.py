@@ -201,6 +201,4 @@ def _targets(first: State, options: ComputeOptions) -> list[Target]:
     merged state's), neural-lam's files into a given ``--output-dir`` only (a
     merge has no datastore to write beside)."""
     caps = capabilities_of(first.identity["kind"])
-    return [
-        t for t in chosen(caps, options) if options.output_dir or "--output-dir" not in t.writes
-    ]
+    return [t for t in chosen(caps, options) if options.output_dir or not t.beside_data]

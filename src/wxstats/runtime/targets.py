@@ -185,6 +185,9 @@ class Target:
     """The weighting it defaults to (makani's quadrature: ``coslat``)."""
     time_means: bool = False
     """It needs the mean over time of every grid point."""
+    beside_data: bool = False
+    """Written beside the dataset unless ``--output-dir`` says where (neural-lam's
+    ``static/``): a merge, which has no dataset, writes it only into a given folder."""
 
 
 def _format(name: str) -> Callable[[Capabilities, ComputeOptions], bool]:
@@ -288,6 +291,7 @@ TARGETS: list[Target] = [
         refuses={"--output": "give --output-dir", "--write-into": "", "--format": ""},
         takes=("--min-std", "--level-weights"),
         check=lambda s, o: sets.check_neurallam(o.min_std),
+        beside_data=True,
     ),
     Target(
         "the statistics file",
