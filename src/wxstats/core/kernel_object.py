@@ -41,12 +41,15 @@ _LOCK = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """Where the objects are kept: beside numba's own cache when ``NUMBA_CACHE_DIR``
-    is set (a user who moved numba's cache moved this one too), else the user's
-    cache folder (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
-    numba_cache = os.environ.get("NUMBA_CACHE_DIR")
-    if numba_cache:
-        return Path(numba_cache) / "wxstats-kernels"
+    """Where the objects are kept: ``WXSTATS_KERNEL_CACHE`` if set; else beside
+    numba's own cache when ``NUMBA_CACHE_DIR`` is set (a user who moved numba's
+    cache moved this one too); else the user's cache folder (``$XDG_CACHE_HOME``
+    or ``~/.cache``). A folder shared by nodes of other CPUs is fine: the CPU is in
+    each file's name."""
+    if os.environ.get("WXSTATS_KERNEL_CACHE"):
+        return Path(os.environ["WXSTATS_KERNEL_CACHE"])
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"]) / "wxstats-kernels"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "wxstats" / "kernels"
 
@@ -145,14 +148,18 @@ def _compile_and_store(dtype: np.dtype, path: Path, before_numba: Callable[[], N
         # the same way; the kernel itself comes from numba's cache when it is there)
         library = compiled._library
         code = library._codegen._tm.emit_object(library._final_module)
-        header = {"symbol": compiled.native_name, "undefined": _undefined_symbols(code)}
-        address = _link(json.dumps(header).encode() + b"\n" + code)
+        header = {
+            "symbol": compiled.native_name,
+            "undefined": _undefined_symbols(code),
+            "sha256": hashlib.sha256(code).hexdigest(),
+        }
+        blob = json.dumps(header).encode() + b"\n" + code
+        address = _link(blob)
     except (AttributeError, ValueError):
         return compiled.address  # another numba, or not linkable here: numba's own
-    blob = json.dumps(header).encode() + b"\n" + code
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         partial.write_bytes(blob)
         os.replace(partial, path)  # whole or not at all, whoever else writes it
     except OSError:  # a read-only cache: this process has the code all the same
@@ -170,11 +177,11 @@ def _link(blob: bytes) -> int:
     head, newline, code = blob.partition(b"\n")
     try:
         header = json.loads(head)
-        symbol, undefined = header["symbol"], header["undefined"]
+        symbol, undefined, digest = header["symbol"], header["undefined"], header["sha256"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"not a stored kernel: {e}") from None
-    if not newline or not code.startswith(b"\x7fELF"):
-        raise ValueError("not a stored kernel")
+    if not newline or hashlib.sha256(code).hexdigest() != digest:
+        raise ValueError("a damaged stored kernel")  # LLVM might abort on a bad object
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     _register_numba_helpers(llvm)
