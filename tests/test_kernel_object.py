@@ -58,11 +58,19 @@ def _run(cache: Path | str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(tmp_path):
+def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(
+    tmp_path, monkeypatch, capsys
+):
     """First process: compiles (numba) and stores one object per dtype; second:
     links them alone, never imports numba, and sums float32 with NaN, weighted,
-    float64 and int16 blocks to the twin's bits."""
+    float64 and int16 blocks to the twin's bits. ``wxstats doctor`` says what the
+    store holds for this machine."""
+    from wxstats.cli import main
+
     cache = tmp_path / "kernels"
+    monkeypatch.setenv("WXSTATS_KERNEL_CACHE", str(cache))
+    assert main(["doctor"]) == 0
+    assert f"compiled kernel stored in {cache} for none yet" in capsys.readouterr().out
     first = _run(cache)
     assert first["same"] and first["numba"]
     stored = sorted(p.name.split("-")[1] for p in cache.glob("kernel-*.o"))
@@ -71,6 +79,10 @@ def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(tmp_pa
     assert second["same"], "the linked kernel's bits differ from the twin's"
     assert not second["numba"], "numba was imported although the kernel was stored"
     assert second["digests"] == first["digests"]
+    assert main(["doctor", "--json"]) == 0
+    kernel = json.loads(capsys.readouterr().out)["kernel"]
+    assert kernel == {"folder": str(cache), "this_machine": ["float32", "float64", "int16"],
+                      "files": 3}  # fmt: skip
 
 
 def test_a_damaged_store_is_compiled_again_never_linked(tmp_path):

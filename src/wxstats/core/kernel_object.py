@@ -112,6 +112,20 @@ def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Calla
         return _FUNCTIONS[dtype.str]
 
 
+def stored() -> dict[str, Any]:
+    """The store's folder and the dtypes whose kernel it holds for this machine
+    (``wxstats doctor``: a run that compiles every time shows here as none)."""
+    folder = cache_dir()
+    names = sorted(p.name for p in folder.glob("kernel-*.o")) if folder.is_dir() else []
+    mine = []
+    for name in names:
+        _kernel, code, key = name[: -len(".o")].split("-", 2)
+        with contextlib.suppress(TypeError, ImportError):
+            if _key(np.dtype(code)) == key:
+                mine.append(np.dtype(code).name)
+    return {"folder": str(folder), "this_machine": mine, "files": len(names)}
+
+
 def _key(dtype: np.dtype) -> str:
     """A digest of everything the machine code depends on."""
     import llvmlite
