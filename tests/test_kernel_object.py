@@ -146,3 +146,29 @@ def test_the_symbols_an_object_needs_are_read_as_nm_reads_them(tmp_path):
     assert sorted(listed) == sorted(line.split()[-1] for line in lines.stdout.splitlines())
     with pytest.raises(ValueError, match="ELF"):
         kernel_object._undefined_symbols(b"MZ" + code[2:])
+
+
+def test_where_no_object_can_be_linked_numbas_kernel_gives_the_same_bits(monkeypatch):
+    """On a platform without ELF objects (macOS, Windows) the kernel is numba's own
+    function, from numba's cache, on the same arrays: the twin's bits."""
+    import numpy as np
+
+    import wxstats.core.kernel_choice as choice
+    from wxstats.core import kernel_object
+    from wxstats.core.kernels import Block, block_sums
+
+    rng = np.random.default_rng(2)
+    a = rng.normal(5.0, 2.0, (4, 300, 3)).astype(np.float32)
+    a[1, 7, 2] = np.inf
+    block = Block(a, np.arange(3), (0, 4), {1: (1, 4)}, weights=rng.uniform(0.5, 1.0, 300))
+    monkeypatch.setattr(kernel_object, "_FUNCTIONS", {})
+    monkeypatch.setattr(kernel_object.sys, "platform", "darwin")
+    monkeypatch.setattr(kernel_object, "_link", lambda blob: pytest.fail("linked on darwin"))
+    monkeypatch.setattr(choice, "KERNEL", "numba")
+    compiled = block_sums(block)
+    assert kernel_object._FUNCTIONS["<f4"].__name__ == "call"  # numba's, not a linked object
+    monkeypatch.setattr(choice, "KERNEL", "numpy")
+    twin = block_sums(block)
+    for name in ("step_sum1", "step_sum2", "step_weight", "minimum", "maximum", "inf_count"):
+        assert getattr(compiled, name).tobytes() == getattr(twin, name).tobytes(), name
+    assert compiled.diff_step_sum2[1].tobytes() == twin.diff_step_sum2[1].tobytes()

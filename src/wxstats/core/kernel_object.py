@@ -94,22 +94,41 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
         n_c,
     ):
         raise ValueError("the kernel's output arrays do not match its values")
-    function(*(x.ctypes.data for x in arrays))
+    function(*arrays)
 
 
 def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Callable[..., None]:
+    """The kernel for ``dtype`` as a function of the 14 arrays :func:`kernel` passes."""
     with _LOCK:
         if dtype.str in _FUNCTIONS:
             return _FUNCTIONS[dtype.str]
-        path = cache_dir() / f"kernel-{dtype.str.lstrip('<>=|')}-{_key(dtype)}.o"
         address = None
-        with contextlib.suppress(OSError, ValueError):  # not stored yet, or foreign
-            address = _link(path.read_bytes())
-        if address is None:
-            address = _compile_and_store(dtype, path, before_numba)
-        signature = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * _N_ARGS))
-        _FUNCTIONS[dtype.str] = signature(address)
+        if sys.platform.startswith("linux"):  # ELF objects; elsewhere numba's cached kernel
+            path = cache_dir() / f"kernel-{dtype.str.lstrip('<>=|')}-{_key(dtype)}.o"
+            with contextlib.suppress(OSError, ValueError):  # not stored yet, or foreign
+                address = _link(path.read_bytes())
+            if address is None:
+                address = _compile_and_store(dtype, path, before_numba)
+        if address is not None:
+            native = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * _N_ARGS))(address)
+            _FUNCTIONS[dtype.str] = lambda *arrays: native(*(x.ctypes.data for x in arrays))
+        else:
+            _FUNCTIONS[dtype.str] = _numba_kernel(before_numba)
         return _FUNCTIONS[dtype.str]
+
+
+def _numba_kernel(before_numba: Callable[[], None] | None) -> Callable[..., None]:
+    """numba's compiled kernel itself (its dispatcher, from numba's cache), where no
+    object can be linked: the same arrays, the sizes it needs taken from ``dims``."""
+    if before_numba is not None and "numba" not in sys.modules:
+        before_numba()
+    from wxstats.core._kernels_numba import kernel as compiled
+
+    def call(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):  # fmt: skip
+        compiled(a, dims[2], dims[3], dims[4], lags, ranges, refs, w, by, sf, si, tf, ti, fs,
+                 ints, xs)  # fmt: skip
+
+    return call
 
 
 def stored() -> dict[str, Any]:
@@ -170,7 +189,7 @@ def _compile_and_store(dtype: np.dtype, path: Path, before_numba: Callable[[], N
         blob = json.dumps(header).encode() + b"\n" + code
         address = _link(blob)
     except (AttributeError, ValueError):
-        return compiled.address  # another numba, or not linkable here: numba's own
+        return None  # another numba, or not linkable here
     partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
