@@ -167,10 +167,12 @@ def _key(dtype: np.dtype) -> str:
     return h.hexdigest()[:20]
 
 
-def _compile_and_store(dtype: np.dtype, path: Path, before_numba: Callable[[], None] | None) -> int:
-    """Compile the entry with numba (from numba's own cache when it has it), store its
-    object code for the next processes and return the address to call: the linked
-    object's, or numba's own function where the object cannot be linked."""
+def _compile_and_store(
+    dtype: np.dtype, path: Path, before_numba: Callable[[], None] | None
+) -> int | None:
+    """Compile the entry with numba (the kernel from numba's own cache when it has
+    it), store its object code for the next processes and return the address to
+    call; None where the object cannot be linked here (numba's kernel is used)."""
     if before_numba is not None and "numba" not in sys.modules:
         before_numba()
     from wxstats.core import _kernels_numba
