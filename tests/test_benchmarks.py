@@ -146,7 +146,7 @@ def test_bench_startup_prints_each_command_against_the_baseline(tmp_path):
     for row in rows:
         found = re.findall(re.escape(row) + r" \[[^]]+\]\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+x", text)
         assert len(found) == 2 and all(float(t) > 0 for t in found), text
-    assert len(re.findall(r"numba kernel load, warm cache .* [0-9.]+ s", text)) == 2, text
+    assert len(re.findall(r"compiled kernel load, stored .* [0-9.]+ s best", text)) == 2, text
     assert list(work.iterdir()) == []  # the work folder is removed
 
 

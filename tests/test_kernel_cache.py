@@ -1,7 +1,9 @@
-"""numba's cache of the kernel cannot serve machine code compiled from another
-reduction table or lane template (it watches only ``_kernels_numba.py``'s stamp,
-and the table's slots are compile-time constants): a stale cache would put sums
-in the wrong slots, so wrong numbers."""
+"""Neither cache of the kernel can serve machine code compiled from another
+reduction table or lane template (the table's slots are compile-time constants):
+a stale cache would put sums in the wrong slots, so wrong numbers. numba's
+cache watches only ``_kernels_numba.py``'s stamp (hence its guard,
+``refresh_stale_cache``); the stored objects of :mod:`wxstats.core.kernel_object`
+are named by a digest of every source."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ def test_a_changed_reduction_table_is_not_served_from_a_stale_cache(tmp_path):
     root = tmp_path / "src"
     shutil.copytree(package, root / "wxstats", ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(os.environ, PYTHONPATH=str(root), NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("WXSTATS_KERNEL_CACHE", None)  # the stored objects go beside numba's cache
 
     def same_as_twin() -> str:
         script = _SCRIPT.format(root=str(root))
@@ -55,3 +58,5 @@ def test_a_changed_reduction_table_is_not_served_from_a_stale_cache(tmp_path):
     table.write_text(text.replace(sum1 + sum2, sum2 + sum1))
     assert any((tmp_path / "cache").rglob("*.nbi")), "the first run left no cache"
     assert same_as_twin() == "True"
+    objects = list((tmp_path / "cache").rglob("kernel-f4-*.o"))
+    assert len(objects) == 2, f"the new table's kernel was not stored apart: {objects}"

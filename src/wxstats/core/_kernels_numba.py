@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numba
 import numpy as np
-from numba import njit, types
+from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
-from wxstats.core._lanes_numba import extreme_lanes, lane_sums
+from wxstats.core._lanes_numba import lane_sums
 from wxstats.core.reduction import slot
 
 # the slots of the kernel's output arrays (wxstats.core.reduction): compile-time constants
@@ -110,33 +111,37 @@ def _chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcn
 
 @njit(**_OPTS)
 def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-           totals_int):  # fmt: skip
+           totals_int, fs, ints, xs):  # fmt: skip
     # Parts p: 0 the values, 1 + s the differences of lag lags[s]; ranges (parts, 2): the
     # steps t counted [t0, t1); refs (parts, 3, n_t, lanes): per step t (each its own
     # reference) the shift, 1/scale and -shift/scale per lane (see _lanes_numba.scaled).
     # Outputs (wxstats.core.reduction.kernel_arrays, at their identities): steps_* (parts,
     # slots, n_t, n_c), totals_* (parts, slots, groups, n_c), step t's totals going to its
     # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
-    # when w, the weight per grid point, is not empty.
+    # when w, the weight per grid point, is not empty. Scratch (the caller's, so that the
+    # machine code allocates nothing and loads without numba's runtime, see
+    # wxstats.core.kernel_object.scratch): fs float64 (5 lanes, 3 n_c, then a chunk's
+    # weights), ints int64 (3 lanes), xs the values' extremes (2 lanes, float32 for float32
+    # values: compared in half the vector width, widening keeps order and value).
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c
     n_p = ranges.shape[0]
     weighted = w.shape[0] > 0
-    l0 = np.empty(lanes)
-    l1 = np.empty(lanes)
-    l2 = np.empty(lanes)
-    lmn = np.empty(lanes)
-    lmx = np.empty(lanes)
-    vmn = extreme_lanes(a, lanes)
-    vmx = extreme_lanes(a, lanes)
-    lcnt = np.empty(lanes, dtype=np.int64)
-    lnan = np.empty(lanes, dtype=np.int64)
-    linf = np.empty(lanes, dtype=np.int64)
-    c0 = np.empty(n_c)
-    c1 = np.empty(n_c)
-    c2 = np.empty(n_c)
-    wl_all = np.empty(chunk * n_c if weighted else 0)
+    l0 = fs[:lanes]
+    l1 = fs[lanes : 2 * lanes]
+    l2 = fs[2 * lanes : 3 * lanes]
+    lmn = fs[3 * lanes : 4 * lanes]
+    lmx = fs[4 * lanes : 5 * lanes]
+    c0 = fs[5 * lanes : 5 * lanes + n_c]
+    c1 = fs[5 * lanes + n_c : 5 * lanes + 2 * n_c]
+    c2 = fs[5 * lanes + 2 * n_c : 5 * lanes + 3 * n_c]
+    wl_all = fs[5 * lanes + 3 * n_c :]
+    lcnt = ints[:lanes]
+    lnan = ints[lanes : 2 * lanes]
+    linf = ints[2 * lanes : 3 * lanes]
+    vmn = xs[:lanes]
+    vmx = xs[lanes : 2 * lanes]
     for gs in range(0, n_g, chunk):
         n_here = min(chunk, n_g - gs)
         base = gs * n_c
@@ -178,6 +183,44 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                 for c in range(n_c):
                     steps_float[p, _SUM1, t, c] += c1[c]
                     steps_float[p, _SUM2, t, c] += c2[c]
+
+
+def _entry(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):
+    # the kernel over raw pointers and its sizes in dims (in the order
+    # wxstats.core.kernel_object.kernel gives them): a C function, which that module calls
+    n_t, width, n_c, m, chunk = dims[0], dims[1], dims[2], dims[3], dims[4]
+    n_l, n_p, lanes, n_w = dims[5], dims[6], dims[7], dims[8]
+    n_g, n_fs, n_i = dims[11], dims[14], dims[15]
+    kernel(
+        carray(a, (n_t, width)),
+        n_c,
+        m,
+        chunk,
+        carray(lags, (n_l,)),
+        carray(ranges, (n_p, 2)),
+        carray(refs, (n_p, 3, n_t, lanes)),
+        carray(w, (n_w,)),
+        carray(by, (n_t,)),
+        carray(sf, (n_p, dims[9], n_t, n_c)),
+        carray(si, (n_p, dims[10], n_t, n_c)),
+        carray(tf, (n_p, dims[12], n_g, n_c)),
+        carray(ti, (n_p, dims[13], n_g, n_c)),
+        carray(fs, (n_fs,)),
+        carray(ints, (n_i,)),
+        carray(xs, (2 * lanes,)),
+    )
+
+
+def entry(dtype: np.dtype, extremes: np.dtype):
+    """The kernel for values of ``dtype`` (extremes kept in ``extremes``) as a C
+    function of pointers (numba's ``cfunc``; the functions it calls come from numba's
+    cache): its machine code is what :mod:`wxstats.core.kernel_object` keeps on disk
+    and loads without numba, so numba's cache of this wrapper would never be read."""
+    f64, i64 = types.CPointer(types.float64), types.CPointer(types.int64)
+    values = types.CPointer(numba.from_dtype(np.dtype(dtype)))
+    ext = types.CPointer(numba.from_dtype(np.dtype(extremes)))
+    sig = types.void(values, i64, i64, i64, f64, f64, i64, f64, i64, f64, i64, f64, i64, ext)
+    return cfunc(sig, error_model="numpy")(_entry)
 
 
 def _sources_digest() -> int:

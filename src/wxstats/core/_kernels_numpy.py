@@ -1,9 +1,10 @@
 """The compiled kernel's loops in plain numpy, bit for bit, for blocks too small
-to be worth loading numba.
+to be worth loading the compiled kernel.
 
-Loading numba and the cached kernel costs about 0.3 s of every process, more
-than summing a few hundred kilobytes takes in numpy; a small dataset (a test,
-an example, a quick look) would spend most of its run on it. This module adds
+Loading the compiled kernel costs 0.03-0.05 s of a process (its stored machine
+code, :mod:`wxstats.core.kernel_object`; 0.3 s through numba, seconds where it
+must first be compiled), more than summing a few kilobytes takes in numpy; a
+tiny dataset (a test, an example, a quick look) would spend most of its run on it. This module adds
 the same numbers in the same order as :mod:`wxstats.core._kernels_numba` (see
 the :mod:`wxstats.core.kernels` docstring): each lane a sequential float64 sum
 over rows of ``m * C`` values, lanes folded into channels in lane order,

@@ -54,20 +54,6 @@ def _scaled(raw, v, p, q, pq):
     return lambda raw, v, p, q, pq: (v - p) * q
 
 
-def extreme_lanes(a, lanes):
-    """Lanes for the extremes of the values of ``a``: in its own dtype when that is
-    float32 (compared there, half the vector width of float64; widening is exact
-    and keeps the order), float64 otherwise."""
-    return np.empty(lanes)
-
-
-@overload(extreme_lanes)
-def _extreme_lanes(a, lanes):
-    if a.dtype == types.float32:
-        return lambda a, lanes: np.empty(lanes, dtype=np.float32)
-    return lambda a, lanes: np.empty(lanes, dtype=np.float64)
-
-
 def lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
               diffs, checked, weighted):  # fmt: skip
     """Add the chunk ``x[base : base + n]`` (or its differences ``x - xk``) into

@@ -9,9 +9,11 @@ twin index them by these slots) and the exact moments' fields and packing
 (:class:`wxstats.core.combine.Moments`). Adding a quantity is one row here plus
 the line of the lane template that computes it.
 
-The compiled kernel freezes the slots (:func:`slot`) at compile time, and
-numba's cache of it watches only its own source file: after changing this
-table, clear ``core/__pycache__/*.nb*`` (as after a change to the lane loops).
+The compiled kernel freezes the slots (:func:`slot`) at compile time: its
+stored machine code is named by a digest of this file
+(:mod:`wxstats.core.kernel_object`), and numba's cache, which watches only the
+kernel's own file, is dropped when compiled from another table
+(:func:`wxstats.core._kernels_numba.refresh_stale_cache`).
 
 A block's sums come in *parts*: part 0 is the values, part ``1 + i`` the
 differences of the ``i``-th lag (sorted); a quantity with ``diffs=False`` is

@@ -76,7 +76,17 @@ def report() -> dict[str, Any]:
         "libraries": {name: installed_version(name) for name in LIBRARIES},
         "torch": _torch(),
         "launcher": launcher,
+        "kernel": _kernel(),
     }
+
+
+def _kernel() -> dict[str, Any]:
+    from wxstats.core import kernel_object
+
+    try:
+        return kernel_object.stored()
+    except Exception as exc:  # noqa: BLE001 - a broken install is what we report
+        return {"folder": str(kernel_object.cache_dir()), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def format_report(info: dict[str, Any]) -> str:
@@ -93,4 +103,9 @@ def format_report(info: dict[str, Any]) -> str:
     else:
         lines.append(f"torch cannot be imported: {torch['error']}")
     lines.append(f"launcher {info['launcher']}")
+    kernel = info["kernel"]
+    held = ", ".join(kernel.get("this_machine", [])) or "none yet (the next run compiles it)"
+    lines.append(f"compiled kernel stored in {kernel['folder']} for {held}")
+    if "error" in kernel:
+        lines.append(f"  cannot read it: {kernel['error']}")
     return "\n".join(lines)
