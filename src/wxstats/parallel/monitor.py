@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -32,6 +33,12 @@ HEARTBEAT_S = 1.0
 STALL_FACTOR = 4.0
 """A rank without progress for this many times its slowest sample (and at least
 ``timeout``) is stuck."""
+
+
+PUBLISHED_WAIT_S = 2.0
+"""How long an interrupted rank waits for the store to tell the job's first failure."""
+INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+"""Exit codes of a rank stopped by SIGINT or SIGTERM (the shell's convention)."""
 
 
 class JobStopped(WxstatsError):
@@ -141,8 +148,7 @@ class Monitor:
 
     def raise_if_failed(self) -> None:
         if self.failure is not None:
-            rank, message, code = self.failure
-            raise JobStopped(f"{self.describe(rank)} failed: {message}", code, rank)
+            raise self._stopped_by(self.failure)
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:
         """Tell every rank that ``rank`` failed (the first failure wins the message)."""
@@ -155,6 +161,41 @@ class Monitor:
             pass
         if self.failure is None:
             self.failure = (rank, message, code)
+
+    def published_failure(self, wait: float = PUBLISHED_WAIT_S) -> JobStopped | None:
+        """The job's first published failure (another rank's, not an interruption),
+        read from the store now, or ``None``. For a rank interrupted by its launcher:
+        torchrun and srun stop the other ranks with SIGTERM once one exits, which may
+        be before this rank's monitor read the failure (once a second). The read is
+        in a daemon thread given ``wait`` seconds: a store gone or unreachable never
+        holds up the exit."""
+        found: list[JobStopped] = []
+
+        def read() -> None:
+            try:
+                if self.store.add("failures", 0) > 0 and self.store.check(["first_error"]):
+                    first = json.loads(self.store.get("first_error"))
+                    found.append(self._stopped_by((first["rank"], first["message"], first["code"])))
+            except Exception:  # noqa: BLE001 - the store gone: what this rank knows
+                pass
+
+        reader = threading.Thread(target=read, name="wxstats-failure", daemon=True)
+        reader.start()
+        reader.join(wait)
+        if found:
+            stopped = found[0]
+        elif self.failure is not None:  # read before, by the monitor thread
+            stopped = self._stopped_by(self.failure, ask=False)
+        else:
+            return None
+        if stopped.rank == self.rank or stopped.code in INTERRUPT_CODES:
+            return None  # this rank's own (said already), or the same signal at another rank
+        return stopped
+
+    def _stopped_by(self, failure: tuple[Any, Any, Any], ask: bool = True) -> JobStopped:
+        rank, message, code = int(failure[0]), str(failure[1]), int(failure[2])
+        who = self.describe(rank) if ask or rank in self.hosts else f"rank {rank}"
+        return JobStopped(f"{who} failed: {message}", code, rank)
 
     def lost(self, exc: Exception) -> None:
         """The store stopped answering: rank 0 or the launcher is gone."""
