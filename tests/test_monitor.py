@@ -92,6 +92,7 @@ def test_an_interrupted_rank_reads_the_failure_its_monitor_had_not_seen():
     stopped = rank0.published_failure()
     assert stopped is not None and stopped.rank == 3 and stopped.code == 1
     assert str(stopped) == f"rank 3 on wxs1 failed: {STALL}"
+    assert rank0.failure == (3, STALL, 1)  # so it does not wait for rank 3 to leave
 
 
 def test_no_cause_for_an_interruption_that_is_the_first_failure_or_this_ranks_own():

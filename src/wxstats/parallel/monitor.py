@@ -106,6 +106,9 @@ class Monitor:
                     self.hosts[rank] = self.store.get(f"host/{rank}").decode()
             except Exception:  # noqa: BLE001 - the store gone: the rank alone
                 pass
+        return self._known(rank)
+
+    def _known(self, rank: int) -> str:
         host = self.hosts.get(rank)
         return f"rank {rank} on {host}" if host else f"rank {rank}"
 
@@ -148,7 +151,8 @@ class Monitor:
 
     def raise_if_failed(self) -> None:
         if self.failure is not None:
-            raise self._stopped_by(self.failure)
+            rank, message, code = self.failure
+            raise JobStopped(f"{self.describe(rank)} failed: {message}", code, rank)
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:
         """Tell every rank that ``rank`` failed (the first failure wins the message)."""
@@ -169,13 +173,14 @@ class Monitor:
         be before this rank's monitor read the failure (once a second). The read is
         in a daemon thread given ``wait`` seconds: a store gone or unreachable never
         holds up the exit."""
-        found: list[JobStopped] = []
+        found: list[tuple[tuple[int, str, int], str]] = []  # (failure, who)
 
         def read() -> None:
             try:
                 if self.store.add("failures", 0) > 0 and self.store.check(["first_error"]):
                     first = json.loads(self.store.get("first_error"))
-                    found.append(self._stopped_by((first["rank"], first["message"], first["code"])))
+                    failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
+                    found.append((failure, self.describe(failure[0])))
             except Exception:  # noqa: BLE001 - the store gone: what this rank knows
                 pass
 
@@ -183,18 +188,17 @@ class Monitor:
         reader.start()
         reader.join(wait)
         if found:
-            stopped = found[0]
+            failure, who = found[0]
         elif self.failure is not None:  # read before, by the monitor thread
-            stopped = self._stopped_by(self.failure, ask=False)
+            failure = self.failure
+            who = self._known(failure[0])  # the store may not answer: hosts known so far
         else:
             return None
-        if stopped.rank == self.rank or stopped.code in INTERRUPT_CODES:
+        rank, message, code = failure
+        if rank == self.rank or code in INTERRUPT_CODES:
             return None  # this rank's own (said already), or the same signal at another rank
-        return stopped
-
-    def _stopped_by(self, failure: tuple[Any, Any, Any], ask: bool = True) -> JobStopped:
-        rank, message, code = int(failure[0]), str(failure[1]), int(failure[2])
-        who = self.describe(rank) if ask or rank in self.hosts else f"rank {rank}"
+        if self.failure is None:  # known now: rank 0 does not wait for it to leave
+            self.failure = failure
         return JobStopped(f"{who} failed: {message}", code, rank)
 
     def lost(self, exc: Exception) -> None:
