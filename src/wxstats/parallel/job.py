@@ -30,7 +30,7 @@ from wxstats.core.errors import WxstatsError
 from wxstats.parallel.devices import resolve_backend
 from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.parallel.liveness import Liveness
-from wxstats.parallel.monitor import Monitor
+from wxstats.parallel.monitor import JobStopped, Monitor
 from wxstats.parallel.progress import ProgressReporter
 
 
@@ -65,6 +65,11 @@ class World(Protocol):
         ...
 
     def raise_if_failed(self) -> None: ...
+
+    def stopped_by(self) -> JobStopped | None:
+        """This process was interrupted (SIGINT, SIGTERM): the other rank's failure
+        that made its launcher send the signal, if the job published one."""
+        ...
 
     def on_forced_exit(self, save: Callable[[], str]) -> None:
         """``save`` runs before a watchdog ends this process (its main thread stuck)."""
@@ -114,6 +119,9 @@ class Solo:
 
     def raise_if_failed(self) -> None:
         pass
+
+    def stopped_by(self) -> JobStopped | None:
+        return None
 
     def on_forced_exit(self, save: Callable[[], str]) -> None:
         pass  # one process: no watchdog ends it
@@ -322,6 +330,9 @@ class Job:
 
     def raise_if_failed(self) -> None:
         self.monitor.raise_if_failed()
+
+    def stopped_by(self) -> JobStopped | None:
+        return self.monitor.published_failure() if self.monitor is not None else None
 
     def fail(self, message: str, code: int) -> None:
         """Tell every rank that this one failed (first failure wins the message)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -32,6 +33,12 @@ HEARTBEAT_S = 1.0
 STALL_FACTOR = 4.0
 """A rank without progress for this many times its slowest sample (and at least
 ``timeout``) is stuck."""
+
+
+PUBLISHED_WAIT_S = 2.0
+"""How long an interrupted rank waits for the store to tell the job's first failure."""
+INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+"""Exit codes of a rank stopped by SIGINT or SIGTERM (the shell's convention)."""
 
 
 class JobStopped(WxstatsError):
@@ -99,6 +106,9 @@ class Monitor:
                     self.hosts[rank] = self.store.get(f"host/{rank}").decode()
             except Exception:  # noqa: BLE001 - the store gone: the rank alone
                 pass
+        return self._known(rank)
+
+    def _known(self, rank: int) -> str:
         host = self.hosts.get(rank)
         return f"rank {rank} on {host}" if host else f"rank {rank}"
 
@@ -155,6 +165,41 @@ class Monitor:
             pass
         if self.failure is None:
             self.failure = (rank, message, code)
+
+    def published_failure(self, wait: float = PUBLISHED_WAIT_S) -> JobStopped | None:
+        """The job's first published failure (another rank's, not an interruption),
+        read from the store now, or ``None``. For a rank interrupted by its launcher:
+        torchrun and srun stop the other ranks with SIGTERM once one exits, which may
+        be before this rank's monitor read the failure (once a second). The read is
+        in a daemon thread given ``wait`` seconds: a store gone or unreachable never
+        holds up the exit."""
+        found: list[tuple[tuple[int, str, int], str]] = []  # (failure, who)
+
+        def read() -> None:
+            try:
+                if self.store.add("failures", 0) > 0 and self.store.check(["first_error"]):
+                    first = json.loads(self.store.get("first_error"))
+                    failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
+                    found.append((failure, self.describe(failure[0])))
+            except Exception:  # noqa: BLE001 - the store gone: what this rank knows
+                pass
+
+        reader = threading.Thread(target=read, name="wxstats-failure", daemon=True)
+        reader.start()
+        reader.join(wait)
+        if found:
+            failure, who = found[0]
+        elif self.failure is not None:  # read before, by the monitor thread
+            failure = self.failure
+            who = self._known(failure[0])  # the store may not answer: hosts known so far
+        else:
+            return None
+        rank, message, code = failure
+        if rank == self.rank or code in INTERRUPT_CODES:
+            return None  # this rank's own (said already), or the same signal at another rank
+        if self.failure is None:  # known now: rank 0 does not wait for it to leave
+            self.failure = failure
+        return JobStopped(f"{who} failed: {message}", code, rank)
 
     def lost(self, exc: Exception) -> None:
         """The store stopped answering: rank 0 or the launcher is gone."""

@@ -192,17 +192,20 @@ def outputs_final() -> None:
             signal.signal(signum, signal.SIG_IGN)
 
 
-def _discard_on_sigterm(prepared: Prepared) -> Callable[[], None]:
+def _discard_on_sigterm(prepared: Prepared, world: World) -> Callable[[], None]:
     """SIGTERM ends a process at once (a launcher stopping its ranks, a scheduler):
-    first remove the outputs prepared for a run that will never finish, then end
-    as before. Returns what puts the previous handler back (unless the outputs'
-    commit has replaced it: :func:`outputs_final`)."""
+    first remove the outputs prepared for a run that will never finish, and say
+    which rank's failure stopped the job if one did, then end as before. Returns
+    what puts the previous handler back (unless the outputs' commit has replaced
+    it: :func:`outputs_final`)."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.getsignal(signal.SIGTERM)
 
     def discard_then_stop(signum: int, frame: Any) -> None:
         prepared.discard()
+        if (cause := world.stopped_by()) is not None:
+            _say_stopped(world, cause)
         signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -213,6 +216,13 @@ def _discard_on_sigterm(prepared: Prepared) -> Callable[[], None]:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     return release
+
+
+def _say_stopped(world: World, exc: JobStopped) -> None:
+    """Another rank failed: rank 0 says so (every rank, when rank 0 is the one lost)."""
+    if world.rank == 0 or exc.rank == 0:
+        _say(f"error: {'' if world.rank == 0 else world.label}the job stopped: {exc}; "
+             "no output was written")  # fmt: skip
 
 
 def _succeed(world: World, written: list[Path]) -> None:
@@ -263,7 +273,7 @@ def execute(
             growth.check(source, options.skipna)
         if world.rank == 0:  # every output made (from a template) before any data is read
             prepared = prepare_outputs(source, options, plan)
-            release = _discard_on_sigterm(prepared)
+            release = _discard_on_sigterm(prepared, world)
         sizes = sample_sizes(source)
         # what every rank must agree on (not the files: data staged per node is fine)
         many = world.world_size > 1
@@ -299,21 +309,26 @@ def execute(
             outcome = Outcome(0)
     except JobStopped as exc:
         outcome.code = exc.code or 1
-        if world.rank == 0 or exc.rank == 0:  # rank 0 lost: it cannot say it
-            _say(f"error: {'' if world.rank == 0 else label}the job stopped: {exc}; "
-                 "no output was written")  # fmt: skip
+        _say_stopped(world, exc)
     except Interrupted as exc:
-        outcome.code, interrupted = exc.code, True
-        world.fail(str(exc), exc.code)
-        _say(f"{label}{exc}")
+        outcome.code = exc.code
+        if (cause := world.stopped_by()) is not None:  # the launcher stopped the job for it
+            _say_stopped(world, cause)
+        else:
+            interrupted = True
+            world.fail(str(exc), exc.code)
+            _say(f"{label}{exc}")
     except WxstatsError as exc:
         outcome.code = 2
         world.fail(str(exc), 2)
         _say(f"error: {label}{exc}")
     except KeyboardInterrupt:
         outcome.code = 130
-        world.fail("interrupted", 130)
-        _say(f"{label}interrupted; no output was written")
+        if (cause := world.stopped_by()) is not None:
+            _say_stopped(world, cause)
+        else:
+            world.fail("interrupted", 130)
+            _say(f"{label}interrupted; no output was written")
     except Exception as exc:  # noqa: BLE001 - a bug: say where, stop the others
         world.fail(f"unexpected {type(exc).__name__}: {exc}", 1)
         traceback.print_exc()
