@@ -41,3 +41,18 @@ def test_a_given_dataset_is_read_as_xarray_data(datasets):
         source = open_source("in memory", given=ds)
         assert source.capabilities == before
         assert before.time_splits and not before.neurallam_files
+
+
+def test_a_run_tells_the_kind_once(datasets, monkeypatch):
+    """Telling an anemoi dataset opens its zarr group: a run's source is opened
+    (its options refused first) on one look at the folder, and is anemoi's."""
+    from wxstats.runtime.options import ComputeOptions
+    from wxstats.runtime.outputs import open_source as open_run_source
+    from wxstats.sources import anemoi
+
+    looks = []
+    real = anemoi.is_anemoi
+    monkeypatch.setattr(anemoi, "is_anemoi", lambda path: looks.append(path) or real(path))
+    source = open_run_source(ComputeOptions(dataset=str(datasets["anemoi dataset"])))
+    assert source.kind == "anemoi"
+    assert looks == [str(datasets["anemoi dataset"])]

@@ -189,20 +189,15 @@ class Partial:
         """No units yet, of ``template``'s layout."""
         return Partial(template.empty_like(), Coverage(), identity, reach)
 
-    def check_mergeable(self, other: Partial) -> None:
-        """Refuse, changing nothing, another identity or shared units."""
-        if _canonical(self.identity) != _canonical(other.identity) or self.reach != other.reach:
-            raise PartialMismatch("partials of different data or options do not merge")
-        shared = self.coverage.overlap(other.coverage)
-        if shared is not None:
-            raise CoverageOverlap(*shared)
-
     def merge(self, other: Partial, seam: Seam | None = None) -> Partial:
         """Both partials as one (a new one; neither changes): sums added, and
         where one's range ends at another's start, the seam's differences
-        (``seam``, given the edges there) added once. Refused first:
-        :meth:`check_mergeable`."""
-        self.check_mergeable(other)
+        (``seam``, given the edges there) added once. Refused first, changing
+        nothing: another identity (:class:`PartialMismatch`), then shared units
+        (:class:`CoverageOverlap`, by :meth:`Coverage.union`)."""
+        if _canonical(self.identity) != _canonical(other.identity) or self.reach != other.reach:
+            raise PartialMismatch("partials of different data or options do not merge")
+        coverage = self.coverage.union(other.coverage)
         sums = self.sums.empty_like()
         sums.merge(self.sums)
         sums.merge(other.sums)
@@ -217,7 +212,6 @@ class Partial:
                 tails[(series, c)] = _join_edges(
                     tails.pop((series, b)), tails[(series, c)], self.reach, "tail"
                 )
-        coverage = self.coverage.union(other.coverage)
         return Partial(sums, coverage, self.identity, self.reach, heads, tails)
 
     def moved(self, series: str, to: Mapping[int, int]) -> Partial:

@@ -276,6 +276,9 @@ class Growth:
     base: State | None = None
     allow_gap: bool = False
     result: State | None = field(default=None, init=False)
+    identity: dict[str, Any] | None = field(default=None, init=False)
+    """The new data's state identity, found once by :meth:`check` (a MEPS
+    source's lists every sample file) and kept for :meth:`grown`."""
 
     @staticmethod
     def of(options: Any) -> Growth | None:
@@ -290,7 +293,7 @@ class Growth:
         places them, so an update takes whatever a merge of their states takes."""
         # that the data can have a state: the pre-flight (runtime/targets.py) refused before
         base, name = self.base, source_name(source)
-        identity = identity_of(source, skipna)
+        identity = self.identity = identity_of(source, skipna)
         if base is None:
             return
         kinds = {"time ranges": True, "samples": False}  # of times, or of samples
@@ -342,7 +345,8 @@ class Growth:
 
     def grown(self, source: Source, acc: RunMoments, skipna: bool) -> Stats:
         """The statistics after the run, keeping the state to write."""
-        new = state_of_run(source, acc, identity_of(source, skipna))
+        identity = self.identity if self.identity is not None else identity_of(source, skipna)
+        new = state_of_run(source, acc, identity)
         if self.base is None:
             self.result = new
             return acc.extract(source.streams, source.kind)

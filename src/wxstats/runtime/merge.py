@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -134,17 +135,23 @@ def merge_states(
     started = time.time()
     states = _read_states(paths)
     first = states[0]
-    given = {"output_dir": output_dir, "summary": summary, "state": state, "min_std": min_std}
-    _refuse_output_options(first, {**given, "output": output, "level_weights": level_weights})
+    options = ComputeOptions(
+        dataset=first.name,
+        output=output,
+        summary=summary,
+        state=state,
+        output_dir=output_dir,
+        level_weights=level_weights,
+        min_std=min_std,
+    )
+    # refused as given (before a default output is chosen below), as update's are
+    refuse_merge_options(first.name, capabilities_of(first.identity["kind"]), options)
     if output is None and summary is None and output_dir is None:
         if state is None:
             what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"
             raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
         if not _neurallam(first):  # beside the state and named after it
-            output = state.with_suffix(".stats.nc")
-    options = ComputeOptions(
-        dataset=first.name, output=output, level_weights=level_weights, **given
-    )
+            options = replace(options, output=state.with_suffix(".stats.nc"))
     targets, data = _targets(first, options), _datastore(first)
     planned = [path for target in targets for path in target.paths(data, options)]
     if len({p.resolve() for p in planned}) != len(planned):

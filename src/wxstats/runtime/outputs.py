@@ -25,6 +25,7 @@ from wxstats.runtime.set_outputs import split_lengths
 from wxstats.runtime.targets import Plan, chosen, preflight, refuse_options, source_needs
 from wxstats.sources import factory
 from wxstats.sources.base import Source
+from wxstats.sources.kinds import capabilities_of
 
 
 def open_source(options: ComputeOptions, given: Any = None) -> Source:
@@ -32,11 +33,13 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
     ``given``: an ``xarray.Dataset`` the caller opened, read in place of a path
     (``wxstats.compute``). Options it or the outputs cannot take are refused
     before it is opened."""
-    refuse_options(options, factory.capabilities_for(options.dataset, given))
+    kind = factory.kind_of(options.dataset, given)  # found once: it may open the zarr group
+    refuse_options(options, capabilities_of(kind))
     weights, time_means = source_needs(options)
     source = factory.open_source(
         options.dataset,
         given=given,
+        kind=kind,
         splits=options.splits,
         period=options.period,
         by=options.by,

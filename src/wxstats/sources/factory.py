@@ -21,7 +21,10 @@ from wxstats.sources.base import Capabilities, Source
 from wxstats.sources.kinds import KINDS
 
 
-def _kind(dataset: str | Path, given: Any) -> str:
+def kind_of(dataset: str | Path, given: Any = None) -> str:
+    """The kind label (a key of :data:`~wxstats.sources.kinds.KINDS`) of the source
+    :func:`open_source` opens for ``dataset``. Telling an anemoi dataset opens its
+    zarr group, so a command finds it once and passes it on (``kind=``)."""
     if given is not None:
         return "xarray"
     text = str(dataset)
@@ -35,13 +38,14 @@ def _kind(dataset: str | Path, given: Any) -> str:
 def capabilities_for(dataset: str | Path, given: Any = None) -> Capabilities:
     """What the source :func:`open_source` would open for ``dataset`` supports,
     known before it is opened (options it cannot take are refused first)."""
-    return KINDS[_kind(dataset, given)]
+    return KINDS[kind_of(dataset, given)]
 
 
 def open_source(
     dataset: str | Path,
     *,
     given: Any = None,
+    kind: str | None = None,
     splits: tuple[str, ...] = (),
     period: str | None = None,
     by: str | None = None,
@@ -58,11 +62,12 @@ def open_source(
     step_length: int | None = None,
 ) -> Source:
     """The source of ``dataset`` (``given``: an ``xarray.Dataset`` read in place
-    of the path). A datastore takes one split (its folder, default ``train``),
-    ``period`` and ``step_length``; an anemoi dataset ``period``, ``diff_steps``,
+    of the path; ``kind``: its :func:`kind_of`, if found already). A datastore
+    takes one split (its folder, default ``train``), ``period`` and
+    ``step_length``; an anemoi dataset ``period``, ``diff_steps``,
     ``block_bytes`` and ``io_threads``; an xarray dataset every option.
     ``block_bytes`` None: the kind's default."""
-    kind = _kind(dataset, given)
+    kind = kind or kind_of(dataset, given)
     if kind == "npyfilesmeps":
         from wxstats.sources.meps import MepsSource
 
