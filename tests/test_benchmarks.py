@@ -265,3 +265,13 @@ def test_bench_large_prints_steady_throughput_and_peak_memory(tmp_path):
     assert int(rows[2][1]) > int(rows[1][1]) and float(rows[2][0]) > float(rows[1][0]), text
     assert all(int(r[7]) > 0 for r in rows), text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("wxstats-large-")]
+
+
+def test_bench_blocks_prints_each_block_size_with_the_same_statistics(tmp_path):
+    text = _run("bench_blocks.py", *("--mb", "0.5", "--grid", "6", "8", "--repeat", "1"),
+                *("--block-mb", "0.01", "1", "--dir", str(tmp_path)), cwd=tmp_path)  # fmt: skip
+    rows = re.findall(r"^\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)x\s+(\w+)$", text, re.M)
+    assert [r[0] for r in rows] == ["0.01", "1"], text
+    assert min(float(r[3]) for r in rows) == 1.0 and len({r[4] for r in rows}) == 1, text
+    assert "the same statistics for every block size: yes" in text
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("wxstats-blocks-")]
