@@ -30,8 +30,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from run import child_env  # benchmarks/, this script's folder
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 VARIABLES = 10
 
 
@@ -81,8 +81,7 @@ def digest(path: Path) -> str:
 
 
 def command(store: Path, out: Path, block_mb: float) -> float:
-    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}  # this tree first, the rest kept
+    env = child_env()
     cmd = [sys.executable, "-m", "wxstats", "compute", str(store), "--quiet", "--overwrite",
            "--diff-steps", "1", "--block-mb", str(block_mb), "--output", str(out)]  # fmt: skip
     start = time.perf_counter()

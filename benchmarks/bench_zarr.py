@@ -244,12 +244,10 @@ def tiny_store(work: Path) -> Path:
 
 def startup(work: Path) -> tuple[float, float]:
     """Best of 3 wall times: ``wxstats compute`` on a tiny store, ``import numpy, xarray``."""
+    from run import child_env  # benchmarks/ (run.py imports this module: not at the top)
+
     tiny = tiny_store(work)
-    src = str(Path(__file__).resolve().parents[1] / "src")  # this tree first, the rest kept
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-    }
+    env = child_env()
     out = work / "tiny.stats.nc"
     cmd = [sys.executable, "-m", "wxstats", "compute", str(tiny), "--quiet", "--overwrite"]
     ours = min(wall([*cmd, "--output", str(out)], env) for _ in range(3))
@@ -259,11 +257,9 @@ def startup(work: Path) -> tuple[float, float]:
 
 def run_command(path: str, work: Path, extra: list[str] = ()) -> float:
     """``wxstats compute`` as a fresh process: the whole command, start-up included."""
-    src = str(Path(__file__).resolve().parents[1] / "src")  # this tree first, the rest kept
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
-    }
+    from run import child_env  # benchmarks/ (run.py imports this module: not at the top)
+
+    env = child_env()
     out = work / "bench.stats.nc"
     cmd = [sys.executable, "-m", "wxstats", "compute", path, "--quiet", "--overwrite"]
     return wall([*cmd, "--output", str(out), "--diff-steps", "1", *extra], env)

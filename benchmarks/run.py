@@ -57,7 +57,10 @@ MEPS_GRID = (238, 268)
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ)
+    """A timed process's environment: this tree's ``src`` first, and its bytecode
+    kept (``PYTHONDONTWRITEBYTECODE`` dropped, as an installed package has its
+    ``.pyc`` files: compiling wxstats' sources cost ~0.1 s of every command)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(
         os.pathsep
     )
