@@ -8,7 +8,6 @@ See the :mod:`wxstats.core.kernels` docstring for the summation structure.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numba
@@ -17,6 +16,7 @@ from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
 from wxstats.core._lanes_numba import lane_sums
+from wxstats.core.kernel_sources import KERNEL_SOURCES, sources_digest
 from wxstats.core.reduction import slot
 
 # the slots of the kernel's output arrays (wxstats.core.reduction): compile-time constants
@@ -120,7 +120,7 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
     # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
     # when w, the weight per grid point, is not empty. Scratch (the caller's, so that the
     # machine code allocates nothing and loads without numba's runtime, see
-    # wxstats.core.kernel_object.scratch): fs float64 (5 lanes, 3 n_c, then a chunk's
+    # wxstats.core.kernel_object.scratch_sizes): fs float64 (5 lanes, 3 n_c, then a chunk's
     # weights), ints int64 (3 lanes), xs the values' extremes (2 lanes, float32 for float32
     # values: compared in half the vector width, widening keeps order and value).
     n_t = a.shape[0]
@@ -223,18 +223,12 @@ def entry(dtype: np.dtype, extremes: np.dtype):
     return cfunc(sig, error_model="numpy")(_entry)
 
 
-def _sources_digest() -> int:
-    """A digest of what the cached machine code is compiled from beyond this file:
-    the lane template and the reduction table's slots, frozen in at compile time."""
-    from wxstats.core import _lanes_numba, reduction
-
-    h = hashlib.sha256()
-    for module in (_lanes_numba, reduction):
-        h.update(Path(module.__file__).read_bytes())
-    return int.from_bytes(h.digest()[:7], "little")
-
-
-SOURCES_DIGEST = _sources_digest()
+SOURCES_DIGEST = int.from_bytes(
+    sources_digest(tuple(n for n in KERNEL_SOURCES if n != Path(__file__).name))[:7], "little"
+)
+"""A digest of what the cached machine code is compiled from beyond this file (which
+numba's cache watches itself): the lane template and the reduction table's slots,
+frozen in at compile time."""
 
 
 @njit(cache=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -31,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-_SOURCES = ("_kernels_numba.py", "_lanes_numba.py", "reduction.py")
-"""What the machine code is compiled from (beside numba and the CPU)."""
+from wxstats.core.kernel_sources import sources_digest
 
 _N_ARGS = 14
 _FUNCTIONS: dict[str, Callable[..., None]] = {}
@@ -104,7 +104,7 @@ def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Calla
             return _FUNCTIONS[dtype.str]
         address = None
         if sys.platform.startswith("linux"):  # ELF objects; elsewhere numba's cached kernel
-            path = cache_dir() / f"kernel-{dtype.str.lstrip('<>=|')}-{_key(dtype)}.o"
+            path = _path(dtype)
             with contextlib.suppress(OSError, ValueError):  # not stored yet, or foreign
                 address = _link(path.read_bytes())
             if address is None:
@@ -120,15 +120,23 @@ def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Calla
 def _numba_kernel(before_numba: Callable[[], None] | None) -> Callable[..., None]:
     """numba's compiled kernel itself (its dispatcher, from numba's cache), where no
     object can be linked: the same arrays, the sizes it needs taken from ``dims``."""
-    if before_numba is not None and "numba" not in sys.modules:
-        before_numba()
-    from wxstats.core._kernels_numba import kernel as compiled
+    compiled = _import_numba(before_numba).kernel
 
     def call(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):  # fmt: skip
         compiled(a, dims[2], dims[3], dims[4], lags, ranges, refs, w, by, sf, si, tf, ti, fs,
                  ints, xs)  # fmt: skip
 
     return call
+
+
+def _import_numba(before_numba: Callable[[], None] | None) -> Any:
+    """:mod:`wxstats.core._kernels_numba`, ``before_numba`` run first if this is
+    the process's first import of numba."""
+    if before_numba is not None and "numba" not in sys.modules:
+        before_numba()
+    from wxstats.core import _kernels_numba
+
+    return _kernels_numba
 
 
 def stored() -> dict[str, Any]:
@@ -138,11 +146,16 @@ def stored() -> dict[str, Any]:
     names = sorted(p.name for p in folder.glob("kernel-*.o")) if folder.is_dir() else []
     mine = []
     for name in names:
-        _kernel, code, key = name[: -len(".o")].split("-", 2)
         with contextlib.suppress(TypeError, ImportError):
-            if _key(np.dtype(code)) == key:
-                mine.append(np.dtype(code).name)
+            dtype = np.dtype(name.split("-")[1])
+            if _path(dtype).name == name:
+                mine.append(dtype.name)
     return {"folder": str(folder), "this_machine": mine, "files": len(names)}
+
+
+def _path(dtype: np.dtype) -> Path:
+    """Where the object for values of ``dtype`` is stored, for this machine."""
+    return cache_dir() / f"kernel-{dtype.str.lstrip('<>=|')}-{_key(dtype)}.o"
 
 
 def _key(dtype: np.dtype) -> str:
@@ -150,10 +163,7 @@ def _key(dtype: np.dtype) -> str:
     import llvmlite
     import llvmlite.binding as llvm
 
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in _SOURCES:
-        h.update((here / name).read_bytes())
+    h = hashlib.sha256(sources_digest())
     spec = importlib.util.find_spec("numba")
     if spec is None or spec.origin is None:
         raise ImportError("numba is not installed")
@@ -173,11 +183,7 @@ def _compile_and_store(
     """Compile the entry with numba (the kernel from numba's own cache when it has
     it), store its object code for the next processes and return the address to
     call; None where the object cannot be linked here (numba's kernel is used)."""
-    if before_numba is not None and "numba" not in sys.modules:
-        before_numba()
-    from wxstats.core import _kernels_numba
-
-    compiled = _kernels_numba.entry(dtype, extremes_dtype(dtype))
+    compiled = _import_numba(before_numba).entry(dtype, extremes_dtype(dtype))
     try:
         # the object code of the whole linked library (numba's AOT libraries emit theirs
         # the same way; the kernel itself comes from numba's cache when it is there)
@@ -217,9 +223,7 @@ def _link(blob: bytes) -> int:
         raise ValueError(f"not a stored kernel: {e}") from None
     if not newline or hashlib.sha256(code).hexdigest() != digest:
         raise ValueError("a damaged stored kernel")  # LLVM might abort on a bad object
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    _register_numba_helpers(llvm)
+    _register_numba_helpers()
     process = ctypes.CDLL(None)  # the C library and Python's own C API, by dlsym
     for name in undefined:
         if not llvm.address_of_symbol(name) and hasattr(process, name):
@@ -241,11 +245,18 @@ def _link(blob: bytes) -> int:
 _HELPERS = (("_helperlib", "numba_"), ("_dynfunc", "numba_"), ("core.runtime._nrt_python", "NRT_"))
 
 
-def _register_numba_helpers(llvm: Any) -> None:
-    """Give LLVM the addresses of the C helpers numba's code calls on its error paths
-    (raising, the GIL) and for reference counts, under the names numba gives them:
-    from numba's extension modules, loaded alone when numba is not imported (ms)."""
+@functools.cache
+def _register_numba_helpers() -> None:
+    """Set up LLVM once per process and give it the addresses of the C helpers
+    numba's code calls on its error paths (raising, the GIL) and for reference
+    counts, under the names numba gives them: from numba's extension modules,
+    loaded alone when numba is not imported (ms)."""
     import builtins
+
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
 
     llvm.add_symbol("_Py_NoneStruct", id(None))
     for obj in vars(builtins).values():
