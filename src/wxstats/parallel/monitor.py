@@ -151,8 +151,14 @@ class Monitor:
 
     def raise_if_failed(self) -> None:
         if self.failure is not None:
-            rank, message, code = self.failure
-            raise JobStopped(f"{self.describe(rank)} failed: {message}", code, rank)
+            raise _stopped(self.failure, self.describe(self.failure[0]))
+
+    def _first_failure(self) -> tuple[int, str, int] | None:
+        """The job's first published failure, read from the store (None: none yet)."""
+        if self.store.add("failures", 0) == 0:
+            return None
+        first = json.loads(self.store.get("first_error"))
+        return int(first["rank"]), str(first["message"]), int(first["code"])
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:
         """Tell every rank that ``rank`` failed (the first failure wins the message)."""
@@ -177,9 +183,7 @@ class Monitor:
 
         def read() -> None:
             try:
-                if self.store.add("failures", 0) > 0 and self.store.check(["first_error"]):
-                    first = json.loads(self.store.get("first_error"))
-                    failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
+                if (failure := self._first_failure()) is not None:
                     found.append((failure, self.describe(failure[0])))
             except Exception:  # noqa: BLE001 - the store gone: what this rank knows
                 pass
@@ -194,12 +198,12 @@ class Monitor:
             who = self._known(failure[0])  # the store may not answer: hosts known so far
         else:
             return None
-        rank, message, code = failure
+        rank, _message, code = failure
         if rank == self.rank or code in INTERRUPT_CODES:
             return None  # this rank's own (said already), or the same signal at another rank
         if self.failure is None:  # known now: rank 0 does not wait for it to leave
             self.failure = failure
-        return JobStopped(f"{who} failed: {message}", code, rank)
+        return _stopped(failure, who)
 
     def lost(self, exc: Exception) -> None:
         """The store stopped answering: rank 0 or the launcher is gone."""
@@ -257,9 +261,8 @@ class Monitor:
         store = self.store
         self.push_progress()
         store.add(f"hb/{self.rank}", 1)
-        if self.failure is None and store.add("failures", 0) > 0:
-            first = json.loads(store.get("first_error"))
-            self.failure = (int(first["rank"]), str(first["message"]), int(first["code"]))
+        if self.failure is None:
+            self.failure = self._first_failure()
         now = time.monotonic()
         stalled = now - self._last_progress
         if self.busy and self.failure is None and stalled > self.stall_limit():
@@ -286,3 +289,9 @@ class Monitor:
                 )
         if self.on_progress is not None:
             self.on_progress(store.add("samples", 0), store.add("bytes", 0))
+
+
+def _stopped(failure: tuple[int, str, int], who: str) -> JobStopped:
+    """What stops this rank when ``failure`` (rank, message, code) is another's."""
+    rank, message, code = failure
+    return JobStopped(f"{who} failed: {message}", code, rank)
