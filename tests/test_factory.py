@@ -1,5 +1,6 @@
-"""The source factory: what it says a dataset supports before opening it (the
-refusals of options come first, from that) is what the source it opens declares."""
+"""The source factory: what a dataset's kind says it supports before it is opened
+(the refusals of options come first, from that: ``runtime/outputs.open_source``)
+is what the source it opens declares."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import xarray as xr
 from gridded_data import gridded, write_zarr
 from test_anemoi import make_dataset
 
-from wxstats.sources.factory import capabilities_for, open_source
+from wxstats.sources.factory import kind_of, open_source
+from wxstats.sources.kinds import capabilities_of
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def datasets(tmp_path_factory, meps_small):
 @pytest.mark.parametrize("name", ["MEPS datastore", "zarr store", "netCDF file", "anemoi dataset"])
 def test_capabilities_known_before_opening_are_the_opened_sources(datasets, name):
     path = datasets[name]
-    before = capabilities_for(str(path))
+    before = capabilities_of(kind_of(str(path)))
     source = open_source(str(path))
     assert source.capabilities == before, name
     assert source.path is not None
@@ -37,7 +39,7 @@ def test_capabilities_known_before_opening_are_the_opened_sources(datasets, name
 
 def test_a_given_dataset_is_read_as_xarray_data(datasets):
     with xr.open_zarr(datasets["zarr store"], consolidated=False) as ds:
-        before = capabilities_for("in memory", ds)
+        before = capabilities_of(kind_of("in memory", ds))
         source = open_source("in memory", given=ds)
         assert source.capabilities == before
         assert before.time_splits and not before.neurallam_files

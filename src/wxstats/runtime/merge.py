@@ -42,12 +42,10 @@ def _neurallam(state: State) -> bool:
     return capabilities_of(state.identity["kind"]).neurallam_files
 
 
-def _refuse_output_options(state: State, options: dict[str, Any]) -> None:
+def _refuse_output_options(state: State, options: ComputeOptions) -> None:
     """Outputs this state's kind of data does not have, refused as ``compute``'s
     (:func:`wxstats.runtime.targets.refuse_merge_options`)."""
-    caps = capabilities_of(state.identity["kind"])
-    given = {k: v for k, v in options.items() if v is not None}
-    refuse_merge_options(state.name, caps, ComputeOptions(dataset=state.name, **given))
+    refuse_merge_options(state.name, capabilities_of(state.identity["kind"]), options)
 
 
 def update_options(
@@ -64,7 +62,8 @@ def update_options(
     from wxstats.runtime.outputs import open_source
 
     state = State.read(str(base_state))
-    _refuse_output_options(state, options)
+    given = {k: v for k, v in options.items() if v is not None}
+    _refuse_output_options(state, ComputeOptions(dataset=state.name, **given))
     if _neurallam(state):
         return _sample_update(state, Path(base_state), dataset, **options)
     if options.get("output") is None and options.get("summary") is None:
@@ -144,8 +143,7 @@ def merge_states(
         level_weights=level_weights,
         min_std=min_std,
     )
-    # refused as given (before a default output is chosen below), as update's are
-    refuse_merge_options(first.name, capabilities_of(first.identity["kind"]), options)
+    _refuse_output_options(first, options)  # as given, before a default output is chosen
     if output is None and summary is None and output_dir is None:
         if state is None:
             what = "--output-dir DIR" if _neurallam(first) else "--output FILE.nc"

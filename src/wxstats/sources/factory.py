@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
-from wxstats.sources.base import Capabilities, Source
-from wxstats.sources.kinds import KINDS
+from wxstats.sources.base import Source
 
 
 def kind_of(dataset: str | Path, given: Any = None) -> str:
@@ -33,12 +32,6 @@ def kind_of(dataset: str | Path, given: Any = None) -> str:
     from wxstats.sources.anemoi import is_anemoi
 
     return "anemoi" if is_anemoi(text) else "xarray"
-
-
-def capabilities_for(dataset: str | Path, given: Any = None) -> Capabilities:
-    """What the source :func:`open_source` would open for ``dataset`` supports,
-    known before it is opened (options it cannot take are refused first)."""
-    return KINDS[kind_of(dataset, given)]
 
 
 def open_source(
