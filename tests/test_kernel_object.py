@@ -18,7 +18,7 @@ import pytest
 import wxstats
 
 _SCRIPT = """
-import hashlib, sys, numpy as np
+import hashlib, json, sys, numpy as np
 import wxstats.core.kernel_choice as choice
 from wxstats.core.kernels import Block, block_sums
 
@@ -46,7 +46,7 @@ for kind in ("numba", "numpy"):
     out[kind] = {name: digest(block_sums(b)) for name, b in blocks.items()}
 print(json.dumps({"same": out["numba"] == out["numpy"], "numba": "numba" in sys.modules,
                   "digests": out["numba"]}))
-""".replace("import hashlib,", "import json, hashlib,")
+"""
 
 
 def _run(cache: Path | str) -> dict:
