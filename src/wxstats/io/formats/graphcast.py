@@ -25,6 +25,7 @@ from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
+from wxstats.io.formats.netcdf import recorded_split
 
 FILES = {"mean": "mean_by_level.nc", "std": "stddev_by_level.nc", "min": "min_by_level.nc"}
 DIFF_FILE = "diffs_stddev_by_level.nc"
@@ -92,7 +93,7 @@ def is_graphcast(folder: Path) -> bool:
     return all((folder / FILES[op]).is_file() for op in ("mean", "std"))
 
 
-def read_graphcast(folder: str | Path) -> Stats:
+def read_graphcast(folder: str | Path, split: str | None = None) -> Stats:
     """A folder of GraphCast-style files as :class:`Stats`: a ``state`` stream whose
     features are the variables, a variable with a level dimension once per level
     (``z_500``), in the files' order; the difference std under the files' step.
@@ -100,7 +101,9 @@ def read_graphcast(folder: str | Path) -> Stats:
     ``static`` stream without differences: GraphCast divides only the residuals
     of its targets by that file, so a static field (``land_sea_mask``), which
     has no differences, is not in it (wxstats writes none; neither need
-    another tool's files). ``mean`` and ``stddev`` must hold every variable."""
+    another tool's files). ``mean`` and ``stddev`` must hold every variable.
+    The streams are of the split the files record (``split``, when given, must
+    be it), else of ``split``."""
     import xarray as xr
 
     folder = Path(folder)
@@ -119,11 +122,12 @@ def read_graphcast(folder: str | Path) -> Stats:
                 f"{folder / FILES['mean']}: {var} has {mean[var].ndim} dimensions, not 0 or 1"
             )
     names = list(mean.data_vars)
+    split = recorded_split(mean.attrs.get("split"), split, str(folder / FILES["mean"]))
     with_diffs = [v for v in names if "diff" not in loaded or v in loaded["diff"].data_vars]
-    streams = {"state": _stream("state", with_diffs, loaded, folder)}
+    streams = {"state": _stream("state", split, with_diffs, loaded, folder)}
     statics = [v for v in names if v not in with_diffs]
     if statics:
-        streams["static"] = _stream("static", statics, {**loaded, "diff": None}, folder)
+        streams["static"] = _stream("static", split, statics, {**loaded, "diff": None}, folder)
     if not with_diffs:
         del streams["state"]
     return Stats(
@@ -134,7 +138,7 @@ def read_graphcast(folder: str | Path) -> Stats:
     )
 
 
-def _stream(name: str, variables: list, loaded: dict, folder: Path) -> StreamStats:
+def _stream(name: str, split: str, variables: list, loaded: dict, folder: Path) -> StreamStats:
     """The stream of ``variables`` (``name``: ``state``, or ``static`` without differences)."""
     mean = loaded["mean"]
     features: list[str] = []
@@ -161,7 +165,7 @@ def _stream(name: str, variables: list, loaded: dict, folder: Path) -> StreamSta
         units=units,
         mean=flat("mean"),
         std=flat("std"),
-        layout=listed_features(name, "", features),  # its role: state or static
+        layout=listed_features(name, split, features),  # its role: state or static
     )
     stream.minimum = flat("min")
     if loaded.get("diff") is not None:
