@@ -122,6 +122,10 @@ def sandbox(tmp_path_factory) -> Path:
         part = era5.sel(time=slice(first, last))
         part.to_zarr(root / f"{name}.zarr", zarr_format=2, consolidated=True,
                      encoding={v: {"chunks": part[v].shape} for v in part.data_vars})  # fmt: skip
+    live = era5.sel(time=slice("1979", "2019"))  # docs/growing.md appends 2020 to it
+    live.to_zarr(root / "era5-live.zarr", zarr_format=2, consolidated=True,
+                 encoding={v: {"chunks": (1000, *live[v].shape[1:])}
+                           for v in live.data_vars if "time" in live[v].dims})  # fmt: skip
     for day in ("01", "02"):
         era5[["z", "t"]].sel(time=slice(f"2019-03-{day}", f"2019-03-{day}")).to_netcdf(
             root / f"era5_pl_2019-03-{day}.nc"
