@@ -147,8 +147,25 @@ def neurallam_outputs(
 
 # -- reading ------------------------------------------------------------------------
 def _load_pt(path: Path) -> np.ndarray:
-    import torch
+    """A 1-D tensor file's values: read without torch where
+    :func:`~wxstats.io.formats.ptfile.tensor_values` knows the file (ours, and
+    neural-lam's own), else by ``torch.load`` (weights only), which is refused
+    in one line where torch is not installed (an extra)."""
+    from wxstats.io.formats.ptfile import NotATensor, tensor_values
 
+    try:
+        return tensor_values(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except NotATensor as exc:
+        unknown = exc
+    try:
+        import torch
+    except ImportError:
+        raise InputError(
+            f"{path}: not a 1-D tensor file wxstats reads without torch ({unknown}); "
+            "pip install 'wxstats[torch]' to read it with torch.load"
+        ) from None
     try:
         tensor = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for bad files
