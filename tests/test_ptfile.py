@@ -86,3 +86,17 @@ def test_what_is_not_a_1d_tensor_is_refused(obj, why):
         tensor_values(_saved(obj))
     with pytest.raises(NotATensor, match="not a torch.save archive"):
         tensor_values(b"not a zip")
+
+
+def test_a_compressed_record_is_refused_unread():
+    """torch.save stores its records uncompressed; a deflated one (a few KB that
+    would inflate to GBs: a zip bomb) is refused before any record is read."""
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", b"\x80\x02.")
+        archive.writestr("archive/data/0", bytes(64 << 20))  # 64 MiB of zeros: ~64 KB stored
+    assert len(buf.getvalue()) < 1 << 20
+    with pytest.raises(NotATensor, match="compressed record"):
+        tensor_values(buf.getvalue())

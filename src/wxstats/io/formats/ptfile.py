@@ -204,6 +204,10 @@ def tensor_values(data: bytes) -> np.ndarray:
         if len(pkl) != 1:
             raise NotATensor("no data.pkl record")
         prefix = pkl[0][: -len("data.pkl")]
+        # torch.save stores its records uncompressed: a compressed one is refused unread,
+        # so a record cannot inflate past the archive's own size (a zip bomb)
+        if any(i.compress_type != zipfile.ZIP_STORED for i in archive.infolist()):
+            raise NotATensor("a compressed record (torch.save stores them uncompressed)")
         records = {
             n[len(prefix) + len("data/") :]: archive.read(n)
             for n in names
