@@ -1,4 +1,4 @@
-"""Locks on a folder wxstats writes into: ``FOLDER/.wxstats-lock``, held with ``flock``.
+"""Locks on a folder wxstats writes into: ``FOLDER/.wxstats-outputs.lock``, held with ``flock``.
 
 Two uses, one file name:
 
@@ -38,7 +38,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: no locks
     fcntl = None  # type: ignore[assignment]
 
-LOCK_NAME = ".wxstats-lock"
+LOCK_NAME = ".wxstats-outputs.lock"
 _UNSUPPORTED = {errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF}
 _SHARED_WAIT = 10.0
 """Seconds a shared lock waits for an exclusive holder: one tidies a folder for
