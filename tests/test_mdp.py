@@ -420,3 +420,80 @@ def test_write_into_adds_variables_to_a_zarr3_store(store, tmp_path, consolidate
             assert got["state__val__mean"].dims == ("state_feature",)
             # an existing variable's zarr.json (and the consolidated copy) records the run
             assert got["state__train__mean"].attrs["statistics_splits"].startswith("train=")
+
+
+# -- a write killed between two renames: refused by every reader, repaired by the next -------
+
+
+def _assert_reference_values(path: Path, truth: dict) -> None:
+    """What neural-lam reads equals the float64 two-pass reference (rounded to float32)."""
+    with xr.open_zarr(path, consolidated=True) as ds:
+        for split, (a, b) in (("train", TRAIN), ("val", VAL)):
+            ref = reference(truth["state"], a, b, (1,))
+            assert_close(ds[f"state__{split}__mean"].values, ref["mean"], 6e-8, f"{split} mean")
+            assert_close(ds[f"state__{split}__std"].values, ref["std"], 6e-8, f"{split} std")
+            got = ds[f"state__{split}__diff_std"].values
+            assert_close(got, ref["diff"][1]["std"], 6e-8, f"{split} diff std")
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wxstats: error:"), err
+    return err[0]
+
+
+@pytest.mark.parametrize("kill", [1, 3, 25, "commit"])
+def test_a_write_into_killed_between_renames_is_refused_then_repaired(
+    store_copy, tmp_path, capsys, monkeypatch, kill
+):
+    """SIGKILL after some of the ~30 renames (train's statistics replaced, val's added)
+    or at the commit point: report, compute, compare and wxstats.read refuse the store
+    in one line; the repair gives back the previous store byte for byte (or, every
+    rename done, the new one); the next --write-into repairs and writes the reference."""
+    import subprocess
+
+    from rename_faults import killing_env
+    from rename_faults import wxstats as wxstats_cmd
+
+    import wxstats
+    from wxstats.io.storemarker import MARKER
+    from wxstats.io.zarrstore import locked_store
+
+    path, truth = store_copy
+    monkeypatch.chdir(tmp_path)  # report's figure and page go here
+    before = _files(path)
+    args = ["compute", str(path), "--write-into", "--split", "train", "--split", "val", "--quiet"]
+    killed = subprocess.run(
+        wxstats_cmd(*args),
+        env=killing_env(tmp_path, path, kill),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert (path / MARKER).is_file() and _files(path) != before  # a mix, marked
+    for command in (
+        ["report", str(path), "--split", "train"],
+        ["compute", str(path), "--quiet", "--output", str(tmp_path / "s.nc")],
+        ["compare", str(path), str(path)],
+    ):
+        assert main(command) == 2
+        assert "a wxstats write into this store was interrupted" in _one_error(capsys)
+    with pytest.raises(WxstatsError, match="write into this store was interrupted"):
+        wxstats.read(path)
+    # the repair alone, on a copy: the previous store, or every rename done: the new one
+    copy = tmp_path / "repaired.zarr"
+    shutil.copytree(path, copy)
+    with pytest.warns(UserWarning, match="interrupted between renames"), locked_store(copy):
+        pass
+    if kill == "commit":
+        _assert_reference_values(copy, truth)
+    else:
+        assert _files(copy) == before
+    # the next --write-into repairs first (one warning line), then writes
+    assert main(args[:-1]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "interrupted between renames" in err, err
+    _assert_reference_values(path, truth)
+    assert not [p.name for p in path.iterdir() if p.name.startswith(".wxstats")]
+    assert main(["report", str(path), "--split", "train"]) == 0
