@@ -452,9 +452,6 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
     from rename_faults import killing_env
     from rename_faults import wxstats as wxstats_cmd
 
-    from wxstats.io.storemarker import MARKER
-    from wxstats.io.zarrstore import locked_store
-
     path, data = dataset
     assert main(["compute", str(path), "--write-into", "--diff-steps", "1", "--quiet"]) == 0
     zarr.consolidate_metadata(str(path))
@@ -468,10 +465,12 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
         timeout=600,
     )
     assert killed.returncode == -9, killed.stderr
-    assert (path / MARKER).is_file()
+    assert (path / ".wxstats-replacing.json").is_file()
     assert main(["report", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "write into this store was interrupted" in err[0], err
+    from wxstats.io.zarrstore import locked_store
+
     copy = tmp_path / "repaired.zarr"
     shutil.copytree(path, copy)
     with pytest.warns(UserWarning, match="interrupted between renames"), locked_store(copy):

@@ -456,8 +456,6 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
     from rename_faults import wxstats as wxstats_cmd
 
     import wxstats
-    from wxstats.io.storemarker import MARKER
-    from wxstats.io.zarrstore import locked_store
 
     path, truth = store_copy
     monkeypatch.chdir(tmp_path)  # report's figure and page go here
@@ -471,7 +469,7 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
         timeout=600,
     )
     assert killed.returncode == -9, killed.stderr
-    assert (path / MARKER).is_file() and _files(path) != before  # a mix, marked
+    assert (path / ".wxstats-replacing.json").is_file() and _files(path) != before  # a mix, marked
     for command in (
         ["report", str(path), "--split", "train"],
         ["compute", str(path), "--quiet", "--output", str(tmp_path / "s.nc")],
@@ -482,6 +480,8 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
     with pytest.raises(WxstatsError, match="write into this store was interrupted"):
         wxstats.read(path)
     # the repair alone, on a copy: the previous store, or every rename done: the new one
+    from wxstats.io.zarrstore import locked_store
+
     copy = tmp_path / "repaired.zarr"
     shutil.copytree(path, copy)
     with pytest.warns(UserWarning, match="interrupted between renames"), locked_store(copy):
