@@ -23,11 +23,15 @@ change, so a reader never decodes new data with other metadata.
 Variables the store lacks are added the same way: written complete into a
 staging folder inside the store (the same filesystem), then each array
 folder is renamed into place. Everything that takes disk space (copies, new
-arrays, the new consolidated metadata) is written before the first rename,
-so a full disk stops the write with the store untouched; a rename failing
-later undoes the ones before it. The consolidated metadata (``.zmetadata``,
-or the root ``zarr.json`` of a consolidated zarr 3 store) is replaced last,
-in one ``os.replace``, with an entry for every variable written.
+arrays, the new consolidated metadata, the previous versions' links) is
+written before the first rename, so a full disk stops the write with the
+store untouched; a rename failing later undoes the ones before it. The
+consolidated metadata (``.zmetadata``, or the root ``zarr.json`` of a
+consolidated zarr 3 store) is replaced last, in one ``os.replace``, with an
+entry for every variable written. The renames are those of
+:class:`wxstats.io.zarrstore.Replacement`: the store is locked for the
+write, marked before the first rename, and a write killed between two is
+refused by readers and repaired by the next (:mod:`wxstats.io.storemarker`).
 """
 
 from __future__ import annotations
