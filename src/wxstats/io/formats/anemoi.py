@@ -18,10 +18,11 @@ the old array folders are moved aside and the new ones renamed in, then the
 group attributes (and the consolidated metadata, if the store has it) are
 replaced, each in one ``os.replace``; a failure puts everything back, and a
 write killed between two renames is refused by readers and repaired by the
-next, under the store's lock (:mod:`wxstats.io.zarrstore`). The legacy ``sums``/``squares``/``count``/
-``has_nans`` arrays of older anemoi versions (also per tendency) are removed
-in the same step: anemoi 0.5.47 reads none of them, and left in place they
-would describe another window than the new mean and stdev.
+next, under the store's lock (:mod:`wxstats.io.zarrstore`). The legacy
+``sums``/``squares``/``count``/``has_nans`` arrays of older anemoi versions
+(also per tendency) are removed in the same step: anemoi 0.5.47 reads none
+of them, and left in place they would describe another window than the new
+mean and stdev.
 
 A sidecar (:func:`write_sidecar`, ``--format anemoi --output S.zarr``) is a
 small anemoi dataset that ``open_dataset(main, statistics=S,
