@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from small_disk import fill, small_fs, tree  # noqa: F401 - small_fs: a fixture
 
 from wxstats.cli import main
 from wxstats.core.errors import WxstatsError
@@ -489,3 +490,29 @@ def test_a_write_into_killed_between_renames_is_refused_then_repaired(
     assert not [p.name for p in path.iterdir() if p.name.startswith(".wxstats")]
     consolidated = zarr.open_group(str(path), mode="r", use_consolidated=True)
     np.testing.assert_array_equal(consolidated["stdev"][:], stored(path)["stdev"])
+
+
+def test_a_full_disk_leaves_the_dataset_exactly_as_it_was(tmp_path, small_fs, capsys):  # noqa: F811
+    """The dataset on a small tmpfs, filled at several points of the write: each
+    failure is one line naming the full disk and leaves every file as it was."""
+    path = small_fs / "an.zarr"
+    data = make_dataset(path)
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1", "--quiet"]) == 0
+    before = tree(path)
+    args = ["compute", str(path), "--write-into", "--diff-steps", "1,2", "--quiet"]
+    failures = 0
+    for leave_pages in range(0, 200, 3):
+        filler = fill(small_fs, leave_pages)
+        code = main(args)
+        err = capsys.readouterr().err
+        filler.unlink()
+        if code == 0:
+            break
+        failures += 1
+        assert tree(path) == before, f"{leave_pages} pages free: {err}"
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"no space left on tmpfs (mounted at {small_fs})" in err, err
+    else:
+        pytest.fail("the write never fitted in the filesystem")
+    assert failures >= 2
+    assert_matches(stored(path), reference(data, 0, 18, 2), "statistics_tendencies_12h_")

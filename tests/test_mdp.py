@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from gridded_data import assert_stream_matches, gridded, mdp_store, reference, write_zarr
+from small_disk import fill, small_fs, tree  # noqa: F401 - small_fs: a fixture
 
 from reference import assert_close
 from wxstats.cli import main
@@ -329,62 +330,26 @@ def test_a_min_std_the_store_cannot_hold_is_refused_before_reading(store_copy, c
 # -- a full disk: a small tmpfs mounted for the test -------------------------------------------
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 4 MiB tmpfs (needs root and mount rights; skipped with the reason otherwise)."""
-    import subprocess
-
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    cmd = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except OSError as exc:
-        pytest.skip(f"cannot mount a small tmpfs to fill (mount: {exc})")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
-
-
-def _tree(path: Path) -> dict[str, bytes | None]:
-    """Every file's bytes and every folder (None): a leftover empty folder counts."""
-    return {
-        str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in path.rglob("*")
-    }
-
-
-def _fill(folder: Path, leave_pages: int) -> Path:
-    """A file taking all the free space of ``folder``'s filesystem but ``leave_pages`` 4 KiB."""
-    st = os.statvfs(folder)
-    filler = folder / "filler"
-    with open(filler, "wb") as f:
-        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_pages * 4096))
-    return filler
-
-
-def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys):
+def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys):  # noqa: F811
     """The disk fills at every point of the write in turn (a little more room each
     time): each failure leaves every file and folder of the store as it was; then
     with room the same command works."""
     src, truth = store
     path = small_fs / "danra.zarr"
     shutil.copytree(src, path)
-    before = _tree(path)
+    before = tree(path)
     # train replaces the store's statistics, val adds new variables
     args = ["compute", str(path), "--write-into", "--split", "train", "--split", "val", "--quiet"]
     failures = 0
     for leave_pages in range(0, 600, 2):
-        filler = _fill(small_fs, leave_pages)
+        filler = fill(small_fs, leave_pages)
         code = main(args)
         err = capsys.readouterr().err
         filler.unlink()
         if code == 0:
             break
         failures += 1
-        assert _tree(path) == before, f"{leave_pages} pages free: {err}"
+        assert tree(path) == before, f"{leave_pages} pages free: {err}"
         assert code == 2 and err.count("\n") == 1, err
         assert f"no space left on tmpfs (mounted at {small_fs})" in err, err  # the disk named
         assert f"{path}: writing the statistics failed, the store was left as it was" in err
