@@ -84,7 +84,7 @@ def read_stats(path: str | Path, split: str | None = None, exact: bool = False) 
                 "they may be a mix of new and previous ones; rerun the wxstats command that "
                 "writes them (it first puts a consistent set back)"
             )
-    if path.is_dir():  # a store a write was interrupted in (io/zarrstore.py)
+    if path.is_dir():  # a store a write was interrupted in (io/storemarker.py)
         refuse_interrupted(path)
     chosen = [n for n, (marker, _, _) in FOLDER_SETS.items() if path.name == marker]
     if path.is_file() and chosen:
