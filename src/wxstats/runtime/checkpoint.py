@@ -38,6 +38,7 @@ from wxstats.core.errors import WxstatsError
 from wxstats.core.partial import Coverage, CoverageOverlap, Partial
 from wxstats.io.atomic import write_all
 from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
+from wxstats.io.locks import LOCK_NAME
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
@@ -50,11 +51,13 @@ PART = "part-{}.wxstate"
 
 def _contents(folder: Path) -> list[str]:
     """Names in ``folder`` other than temporary files a killed write of ours
-    left (``.manifest.json.*.tmp``, ``.part-*.tmp``), sorted."""
+    left (``.manifest.json.*.tmp``, ``.part-*.tmp``) and the folder's lock
+    (:mod:`wxstats.io.locks`), sorted."""
     return sorted(
         p.name
         for p in folder.iterdir()
         if not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
+        and p.name != LOCK_NAME
     )
 
 
