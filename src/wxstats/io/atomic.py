@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import read_json
 from wxstats.io.disk import NO_SPACE, disk_is_full, no_space
 
 Writer = Callable[[Path], None]
@@ -201,7 +202,7 @@ def recover_interrupted(folder: Path) -> None:
     docstring): the new set if every file was moved, else the previous one."""
     for journal in sorted(folder.glob(JOURNAL_GLOB)) if folder.is_dir() else []:
         try:
-            doc = json.loads(journal.read_text())
+            doc = read_json(journal)
             entries = [(Path(f), Path(t), Path(b) if b else None) for f, t, b in doc["files"]]
             journals = [Path(j) for j in doc["journals"]]
         except (OSError, ValueError, KeyError, TypeError):

@@ -20,6 +20,7 @@ import numpy as np
 from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.untrusted import load_tensor
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ptfile import tensor_bytes
 from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
@@ -149,10 +150,7 @@ def neurallam_outputs(
 def _load_pt(path: Path) -> np.ndarray:
     import torch
 
-    try:
-        tensor = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many kinds for bad files
-        raise InputError(f"{path}: not a readable torch tensor file: {exc}") from None
+    tensor = load_tensor(path)
     if not isinstance(tensor, torch.Tensor) or tensor.ndim != 1:
         raise InputError(f"{path}: expected a 1-D tensor (one value per variable)")
     return tensor.detach().to(torch.float64).numpy()

@@ -27,6 +27,7 @@ from wxstats.core.stats import (
     concatenate,
     summary_builder,
 )
+from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
 
 
@@ -210,9 +211,11 @@ def read_summary(path: Path, split: str | None = None) -> Stats:
     ``splits``; default the top level, its first split)."""
     where = str(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = read_json(path)
+    except OSError as exc:
         raise InputError(f"{path}: not a readable JSON summary: {exc}") from None
+    except UntrustedInput as exc:
+        raise InputError(f"{path}: not a readable JSON summary: {exc.why}") from None
     if not isinstance(data, dict) or not isinstance(data.get("state"), dict):
         raise InputError(f"{path}: not a wxstats JSON summary (no 'state' section)")
     top = data
