@@ -151,6 +151,7 @@ def computed(tmp_path_factory, meps_small):
     return out
 
 
+@pytest.mark.slow  # subprocesses: what a user sees, tracebacks included
 def test_deeply_nested_summary_is_one_line_in_report_and_compare(tmp_path, computed):
     deep = tmp_path / "deep.json"
     deep.write_text(DEEP)
@@ -159,6 +160,7 @@ def test_deeply_nested_summary_is_one_line_in_report_and_compare(tmp_path, compu
     _one_line_refusal(result, str(deep), "nested 200000")
 
 
+@pytest.mark.slow  # subprocesses: what a user sees, tracebacks included
 def test_deeply_nested_journal_is_one_line_and_nothing_moves(tmp_path, meps_small, computed):
     out = tmp_path / "out"
     out.mkdir()
@@ -170,6 +172,7 @@ def test_deeply_nested_journal_is_one_line_and_nothing_moves(tmp_path, meps_smal
     _one_line_refusal(run(wxstats_cmd("report", str(out))), "interrupted")
 
 
+@pytest.mark.slow  # subprocesses: what a user sees, tracebacks included
 def test_deeply_nested_checkpoint_manifest_is_one_line(tmp_path, meps_small):
     checkpoint = tmp_path / "ck"
     checkpoint.mkdir()
@@ -182,6 +185,7 @@ def test_deeply_nested_checkpoint_manifest_is_one_line(tmp_path, meps_small):
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.slow  # subprocesses: what a user sees, tracebacks included
 def test_a_code_running_pt_in_a_static_folder_is_one_line(tmp_path, computed):
     """Case 7: ``report`` of a neural-lam folder whose ``parameter_mean.pt`` is a
     code-running pickle: one line naming it, the code never runs, and torch's advice
