@@ -140,12 +140,15 @@ def load_tensor(path: str | Path, limit: int = TENSOR_LIMIT) -> Any:
         if "weights_only" in text or "Weights only" in text:
             # torch's message advises weights_only=False, the one thing that would run
             # the file's code: only its line saying what it met is kept
-            detail = next((line for line in _plain_lines(text)), "")
-            raise UntrustedInput(
-                where,
-                "refused: not a file of tensors alone, and wxstats runs no code from a file"
-                + (f" ({detail})" if detail else ""),
-            ) from None
+            detail = next(iter(_plain_lines(text)), "")
+            called = re.search(r"GLOBAL\s+([\w.]+)", text)
+            if called:  # a function or class the pickle would call
+                why = (
+                    f"refused: its pickle would call {called[1]}; wxstats runs no code from a file"
+                )
+            else:  # not a pickle at all, or one torch's safe reader does not know
+                why = f"not a readable torch tensor file ({detail or 'not a pickle of tensors'})"
+            raise UntrustedInput(where, why) from None
         raise UntrustedInput(
             where, f"not a readable torch tensor file: {first_line(exc)}"
         ) from None
