@@ -852,6 +852,7 @@ def run_case(case: Case, fixtures: Fixtures, work: Path) -> dict:
     problems = [p for p in problems if p is not None]
     if problems:
         record["failure"] = "; ".join(problems) + f" [stderr: {stderr.strip()[-400:]}]"
+        record["failure"] += f" (its files are kept in {root})"
     else:
         shutil.rmtree(root, ignore_errors=True)
     return record
@@ -887,8 +888,7 @@ def _reproduce(family: str, index: int) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--batch":
-        sys.path[:0] = [str(SRC), str(HERE)]
+    if sys.argv[1] == "--batch":  # the sources of PYTHONPATH (run_family's: this checkout's)
         _batch(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
     else:
         _reproduce(sys.argv[1], int(sys.argv[2]))
