@@ -403,7 +403,8 @@ def test_the_kind_checker_sees_planted_tests(tmp_path):
 
 UNTRUSTED_READERS = "wxstats.core.untrusted"
 """The one module that may call the readers below (files others may write): JSON with
-size and depth limits, ``torch.load(weights_only=True)``, ``np.load(allow_pickle=False)``."""
+size and depth limits, YAML by ``safe_load`` in one line, ``torch.load(weights_only=True)``,
+``np.load(allow_pickle=False)``."""
 UNGUARDED_CALLS = {
     ("json", "load"),
     ("json", "loads"),
@@ -413,6 +414,12 @@ UNGUARDED_CALLS = {
     ("torch", "load"),
     ("np", "load"),
     ("numpy", "load"),
+    ("yaml", "load"),
+    ("yaml", "safe_load"),
+    ("yaml", "full_load"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "load_all"),
+    ("yaml", "safe_load_all"),
     # decompression (zlib/codec decode bounded by the declared chunk size): its pairs
     # and their own allow-list go here, beside these
 }

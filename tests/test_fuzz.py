@@ -6,7 +6,7 @@ Seeded mutations of what wxstats reads that others may write: zarr metadata
 compressor, fill_value, filters, truncation, type swaps) and chunk bytes
 (truncated, flipped, wrong size), the first KB of a netCDF-4/HDF5 file, JSON
 summaries, neural-lam ``.pt`` files, ``.wxstate`` states and checkpoints
-(manifest and part files), and recovery journals. Each case's outcome must be
+(manifest and part files), recovery journals and datastore YAML. Each case's outcome must be
 
 - exit 0 with numbers equal to what xarray decodes from the same mutated input
   (count and NaN count exactly, the rest to float32 decoding's precision: an
@@ -101,6 +101,7 @@ KINDS: dict[str, list[str]] = {
         "part_flip", "part_truncate", "part_meta_deep",
     ],
     "journal": ["deep", "truncate", "junk", "types", "outside", "escape", "own"],
+    "yaml": ["truncate", "deep", "junk", "type_swap", "drop", "list_len", "empty", "bom"],
 }  # fmt: skip
 COUNTS = {
     "zarr-meta": 50,
@@ -111,6 +112,7 @@ COUNTS = {
     "state": 12,
     "checkpoint": 10,
     "journal": 7,
+    "yaml": 10,
 }
 KNOWN_ELSEWHERE: dict[tuple[str, str], str] = {
     ("zarr-meta", "chunks_zero"): "fixed on branch bombs (zarr metadata checked before "
@@ -281,12 +283,15 @@ class Fixtures:
               "--summary", str(out / "summary.json"), "--quiet"])  # fmt: skip
         return out / "summary.json"
 
-    def _make_static(self) -> Path:
+    def _make_meps(self) -> Path:
         from wxstats.tools.example import ExampleSpec, write_example
 
-        config = write_example(self.root / "meps", ExampleSpec(analysis_times=2, grid=(3, 4)))
+        return write_example(self.root / "meps", ExampleSpec(analysis_times=2, grid=(3, 4)))
+
+    def _make_static(self) -> Path:
         out = self.root / "static"
-        code, _, err = _cli(["compute", str(config), "--quiet", "--output-dir", str(out)])
+        argv = ["compute", str(self.get("meps")), "--quiet", "--output-dir", str(out)]
+        code, _, err = _cli(argv)
         assert code == 0, err
         (out / "wxstats_stats.nc").unlink()  # report reads the .pt files themselves
         return out
@@ -661,6 +666,18 @@ def mutate_json_file(path: Path, rng: random.Random, kind: str) -> str:
     return f"{path.name}: {kind}"
 
 
+def mutate_yaml(path: Path, rng: random.Random, kind: str) -> str:
+    import yaml
+
+    data = path.read_bytes()
+    if kind in ("type_swap", "drop", "list_len"):
+        doc = _mutate_json_doc(yaml.safe_load(data), rng, kind)
+        path.write_text(yaml.safe_dump(doc))
+    else:
+        path.write_bytes(_text_mutation(data, rng, kind))
+    return f"{path.name}: {kind}"
+
+
 def _runs_code(marker: Path) -> Any:
     class RunsCode:
         def __reduce__(self):
@@ -829,6 +846,11 @@ def run_case(case: Case, fixtures: Fixtures, work: Path) -> dict:
         argv = ["compute", str(fixtures.get("zarr")), "--quiet", "--output", str(out / "s.nc"),
                 "--summary", str(summary), "--checkpoint", str(ck), "--resume"]  # fmt: skip
         reference_of = fixtures.get("zarr")
+    elif family == "yaml":  # a datastore config; exit 0 is judged by its lines alone
+        config = fixtures.get("meps")
+        shutil.copytree(config.parent, inp / "meps")
+        mutation = mutate_yaml(inp / "meps" / config.name, rng, case.kind)
+        argv = ["compute", str(inp / "meps" / config.name), "--quiet", "--output-dir", str(out)]
     else:
         raise KeyError(family)
     before = _snapshot(root, out)

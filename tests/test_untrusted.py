@@ -1,7 +1,8 @@
 """Files someone else wrote (issue 33, cases 6 and 7): deeply nested JSON as a
-summary, a journal or a checkpoint's manifest, and a ``.pt`` whose pickle would
-run code, are refused in one line through the CLI, with no traceback and nothing
-run; and the guarded readers of :mod:`wxstats.core.untrusted` themselves."""
+summary, a journal or a checkpoint's manifest (and YAML as a datastore config),
+and a ``.pt`` whose pickle would run code, are refused in one line through the
+CLI, with no traceback and nothing run; and the guarded readers of
+:mod:`wxstats.core.untrusted` themselves."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from wxstats.core.untrusted import (
     UntrustedInput,
     load_npy,
     load_tensor,
+    load_yaml,
     parse_json,
     read_json,
 )
@@ -72,6 +74,26 @@ def test_read_json_reads_no_more_than_its_limit(tmp_path):
         read_json(big, limit=1000)
     with pytest.raises(FileNotFoundError):  # callers word a missing file themselves
         read_json(tmp_path / "missing.json")
+
+
+def test_yaml_refusals_are_one_line(tmp_path):
+    """A datastore config of 200,000 ``[`` was a RecursionError traceback from
+    PyYAML's parser; a syntax error was PyYAML's message of four lines."""
+    cases = {
+        "deep.yaml": (DEEP, "YAML nested too deeply"),
+        "bad.yaml": ("dataset:\n  var_names: [a, b\n", r"not valid YAML: .* \(line 3, column 1\)"),
+        "latin1.yaml": (b"name: caf\xe9\n", "not UTF-8"),
+    }
+    for name, (content, why) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        with pytest.raises(UntrustedInput, match=why) as caught:
+            load_yaml(path)
+        assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+    (tmp_path / "ok.yaml").write_text("dataset:\n  var_names: [a, b]\n")
+    assert load_yaml(tmp_path / "ok.yaml") == {"dataset": {"var_names": ["a", "b"]}}
+    with pytest.raises(UntrustedInput, match="larger than 10 bytes"):
+        load_yaml(tmp_path / "ok.yaml", limit=10)
 
 
 def test_npy_header_is_checked_against_the_file_before_loading(tmp_path):
@@ -158,6 +180,15 @@ def test_deeply_nested_summary_is_one_line_in_report_and_compare(tmp_path, compu
     _one_line_refusal(run(wxstats_cmd("report", str(deep))), str(deep), "nested 200000")
     result = run(wxstats_cmd("compare", str(computed / "summary.json"), str(deep)))
     _one_line_refusal(result, str(deep), "nested 200000")
+
+
+@pytest.mark.slow  # subprocesses: what a user sees, tracebacks included
+def test_deeply_nested_datastore_config_is_one_line(tmp_path):
+    config = tmp_path / "meps.datastore.yaml"
+    config.write_text(DEEP)
+    result = run(wxstats_cmd("compute", str(config), "--output-dir", str(tmp_path / "out")))
+    _one_line_refusal(result, str(config), "nested too deeply")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow  # subprocesses: what a user sees, tracebacks included

@@ -1,4 +1,4 @@
-"""The readers of bytes someone else may have written: JSON, ``.pt`` and ``.npy``.
+"""The readers of bytes someone else may have written: JSON, YAML, ``.pt`` and ``.npy``.
 
 A summary, a checkpoint's manifest, a journal, a state's metadata, a store's
 attributes, a neural-lam ``.pt`` or a makani ``.npy`` may come from a colleague
@@ -9,6 +9,8 @@ one line naming the file (:class:`UntrustedInput`), never a library's traceback:
 - JSON: at most ``limit`` bytes are read (64 MiB unless the caller says), and the
   nesting depth is counted in the text before :func:`json.loads` sees it (Python's
   decoder recurses once per ``[``/``{``: 200,000 of them were a ``RecursionError``);
+- YAML (a datastore config): ``yaml.safe_load`` with the same cap, its errors in
+  one line (PyYAML's own are several) and its recursion on deep nesting caught;
 - ``.pt``: ``torch.load(weights_only=True)``, its records' declared sizes checked
   first; a pickle that would run code is refused in one line that does not repeat
   torch's advice to load it with ``weights_only=False``;
@@ -16,7 +18,7 @@ one line naming the file (:class:`UntrustedInput`), never a library's traceback:
   checked against the file's size, so no allocation is larger than the file.
 
 ``tests/test_architecture.py`` fails on any other call of ``json.load(s)``,
-``torch.load``, ``np.load`` or ``pickle.load(s)`` in the package.
+``yaml.*load``, ``torch.load``, ``np.load`` or ``pickle.load(s)`` in the package.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "UntrustedInput",
     "load_npy",
     "load_tensor",
+    "load_yaml",
     "parse_json",
     "read_json",
 ]
@@ -115,6 +118,32 @@ def read_json(path: str | Path, limit: int = JSON_LIMIT) -> Any:
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     return parse_json(data, str(path), limit)
+
+
+def load_yaml(path: str | Path, limit: int = JSON_LIMIT) -> Any:
+    """The YAML file ``path`` (a datastore config) by ``yaml.safe_load``, which builds
+    plain objects only, reading at most ``limit`` bytes; one line naming the file for
+    YAML that is not valid, not UTF-8, larger, or nested past Python's recursion
+    limit (PyYAML's parser recurses once per level). ``OSError`` as ``open`` raises it."""
+    import yaml
+
+    where = str(path)
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UntrustedInput(where, f"larger than {_size(limit)} of YAML, refused")
+    try:
+        return yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UntrustedInput(where, f"not UTF-8 text (byte {exc.start})") from None
+    except yaml.MarkedYAMLError as exc:  # its text is several lines: the problem and where
+        mark = exc.problem_mark
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise UntrustedInput(where, f"not valid YAML: {exc.problem or exc.context}{at}") from None
+    except yaml.YAMLError as exc:
+        raise UntrustedInput(where, f"not valid YAML: {first_line(exc)}") from None
+    except RecursionError:
+        raise UntrustedInput(where, "YAML nested too deeply, refused") from None
 
 
 def _size(n: int) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
-from wxstats.core.untrusted import load_tensor
+from wxstats.core.untrusted import UntrustedInput, load_tensor, load_yaml
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ptfile import tensor_bytes
 from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
@@ -158,12 +158,10 @@ def _load_pt(path: Path) -> np.ndarray:
 
 def _datastore_config(static: Path, n_vars: int) -> dict[str, Any] | None:
     """The ``dataset`` section of a datastore YAML beside ``static/`` listing n_vars names."""
-    import yaml
-
     for candidate in sorted(static.parent.glob("*.y*ml")):
         try:
-            config = yaml.safe_load(candidate.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            config = load_yaml(candidate)
+        except (OSError, UntrustedInput):
             continue
         dataset = (config or {}).get("dataset") if isinstance(config, dict) else None
         if isinstance(dataset, dict) and len(dataset.get("var_names") or []) == n_vars:
