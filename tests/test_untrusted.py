@@ -53,6 +53,16 @@ def test_json_depth_is_counted_before_parsing_and_strings_do_not_count():
     assert parse_json(brackets_in_strings, "x") == json.loads(brackets_in_strings)
 
 
+def test_json_depth_scan_is_linear_on_unterminated_strings():
+    """Escaped quotes after an unterminated quote: a string pattern that can fail
+    rescanned the rest from each of them (40,000 of them took 70 s)."""
+    text = "[]" * 100 + "[" * 100 + '"' + '\\"' * 400_000
+    with pytest.raises(UntrustedInput, match="not valid JSON"):
+        parse_json(text, "x")  # 100 deep before the string, which nests nothing
+    with pytest.raises(UntrustedInput, match="nested 300 levels"):
+        parse_json("[" * 300 + '"' + "[" * 1000, "x")
+
+
 def test_json_refusals_are_value_errors_and_input_errors_naming_the_file():
     for text, why in [
         ("{", "not valid JSON"),

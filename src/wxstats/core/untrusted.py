@@ -62,14 +62,17 @@ class UntrustedInput(InputError, ValueError):
 
 
 # -- JSON ---------------------------------------------------------------------------
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# a string, or an unterminated one to the end: it matches wherever it starts, so no
+# start is scanned twice (a pattern that can fail was quadratic on '\\"' repeated)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _BLOCK = 1 << 20
 
 
 def _depth(data: bytes) -> int:
-    """The deepest nesting of ``[``/``{`` outside strings, without recursion (an
-    unterminated string's brackets count too: such a text is refused either way)."""
+    """The deepest nesting of ``[``/``{`` outside strings, without recursion, in
+    time linear in the text (an unterminated string runs to the end: the decoder
+    stops there, and brackets inside it nest nothing)."""
     if data.count(b"[") + data.count(b"{") <= JSON_DEPTH:
         return 0  # cannot be deeper: the common case, no scan
     brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
