@@ -203,10 +203,13 @@ def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
         prepare_outputs(source, ComputeOptions(write_into=True)).discard()
 
 
-def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store):
+def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store, capsys):
     ds, _ = gridded(n_time=6)
     write_zarr(ds[["t2m"]], tmp_path / "g.zarr")
     assert main(["compute", str(tmp_path / "g.zarr"), "--write-into"]) == 2
+    # both kinds of data --write-into writes into are named, not only mllam-data-prep's
+    err = capsys.readouterr().err.strip()
+    assert "for mllam-data-prep zarr stores and anemoi datasets" in err, err
     path, _ = store
     assert main(["compute", str(path), "--write-into", "--diff-steps", "3"]) == 2
 

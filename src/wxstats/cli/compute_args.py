@@ -291,7 +291,8 @@ def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "--nproc",
         type=positive_int,
         metavar="N",
-        help="start N ranks on this machine (PyTorch Distributed); the results are identical. "
+        help="start N ranks on this machine (PyTorch Distributed: the torch extra); the results "
+        "are identical. "
         "On one machine threads (--threads) are faster (each rank pays the start-up): use "
         "ranks across machines (torchrun, srun) or one per GPU",
     )

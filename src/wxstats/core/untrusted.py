@@ -43,6 +43,7 @@ __all__ = [
     "JSON_DEPTH",
     "JSON_LIMIT",
     "UntrustedInput",
+    "check_tensor_file",
     "load_npy",
     "load_tensor",
     "load_yaml",
@@ -164,7 +165,7 @@ def load_tensor(path: str | Path, limit: int = TENSOR_LIMIT) -> Any:
     import torch
 
     where = str(path)
-    _check_records(path, limit)
+    check_tensor_file(path, limit)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for bad files
@@ -195,7 +196,7 @@ def _plain_lines(text: str) -> list[str]:
     return [line for line in lines if line and not any(a in line.lower() for a in _ADVICE)]
 
 
-def _check_records(path: str | Path, limit: int) -> None:
+def check_tensor_file(path: str | Path, limit: int = TENSOR_LIMIT) -> None:
     """A zip ``.pt`` (torch >= 1.6) whose records declare more than ``limit``
     bytes, or hold compressed ones (torch writes none: a deflated record could
     inflate a thousandfold), is refused before torch reads any of it."""

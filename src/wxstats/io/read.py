@@ -43,8 +43,9 @@ def _is_zarr(path: Path) -> bool:
     )
 
 
-FOLDER_SETS: dict[str, tuple[str, Callable[[Path], bool], Callable[[Path], Stats]]] = {
-    "neural-lam": ("parameter_mean.pt", is_neurallam_static, read_neurallam_static),
+FOLDER_SETS: dict[str, tuple[str, Callable[[Path], bool], Callable[[Path, str | None], Stats]]] = {
+    # a static/ folder records no split (a .pt set of the datastore's own): read as before
+    "neural-lam": ("parameter_mean.pt", is_neurallam_static, lambda f, _: read_neurallam_static(f)),
     "makani": ("global_means.npy", is_makani, read_makani),
     "GraphCast": ("mean_by_level.nc", is_graphcast, read_graphcast),
     "ACE": ("centering.nc", is_ace, read_ace),
@@ -120,4 +121,4 @@ def read_stats(path: str | Path, split: str | None = None, exact: bool = False) 
 def _read_set(folder: Path, name: str, split: str | None, exact: bool) -> Stats:
     if exact and name == "neural-lam" and (folder / NETCDF_NAME).exists():
         return read_stats_file(folder / NETCDF_NAME, split)
-    return FOLDER_SETS[name][2](folder)
+    return FOLDER_SETS[name][2](folder, split)

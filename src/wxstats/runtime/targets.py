@@ -391,7 +391,9 @@ TARGETS: list[Target] = [
         paths=lambda s, o: [],
         into=sets.write_into_store,
         requires=lambda c: None if c.mdp_store else f"{c.what} is not one",
-        needs="mllam-data-prep zarr stores",
+        # the data --write-into takes at all (this row or the anemoi one below): a plain
+        # zarr's user is told both, not only the row whose requirement it failed
+        needs="mllam-data-prep zarr stores and anemoi datasets",
         refuses={
             "--weights (but none)": "an mllam-data-prep store's statistics are unweighted and "
             "cannot record a weighting; write a statistics file (--output)",

@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
 from wxstats.core.untrusted import load_npy, read_json
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.netcdf import recorded_split
 
 VALUE_FILES = {
     "global_means.npy": "mean",
@@ -117,9 +118,10 @@ def _load(path: Path, channels: int | None) -> np.ndarray:
     return flat
 
 
-def read_makani(folder: str | Path) -> Stats:
+def read_makani(folder: str | Path, split: str | None = None) -> Stats:
     """A makani statistics folder (wxstats' or makani's own) as :class:`Stats`: one
-    ``state`` stream, channels named from ``wxstats_makani.json`` when present."""
+    ``state`` stream, channels named from ``wxstats_makani.json`` when present, of
+    the split it records (``split``, when given, must be it), else of ``split``."""
     folder = Path(folder)
     mean = _load(folder / "global_means.npy", None)
     n = mean.shape[0]
@@ -136,6 +138,9 @@ def read_makani(folder: str | Path) -> Stats:
         mean=mean,
         std=_load(folder / "global_stds.npy", n),
         named="channels" in meta,
+        layout=listed_features(
+            "state", recorded_split(meta.get("split"), split, str(folder)), names
+        ),
     )
     if (folder / "mins.npy").is_file():
         stream.minimum = _load(folder / "mins.npy", n)

@@ -193,6 +193,17 @@ def pick_split(splits: list[str], wanted: str | None, where: str) -> str:
     raise InputError(f"{where}: statistics for several splits {sorted(splits)}; choose one")
 
 
+def recorded_split(recorded: Any, wanted: str | None, where: str) -> str:
+    """The split of a set that holds one (GraphCast's, makani's, ACE's, Aurora's
+    files): the one its files record, which ``wanted`` must then be; ``wanted``
+    where they record none (another tool's files); else ``""`` (not known). What
+    names its statistics in :meth:`~wxstats.core.stats.Stats.to_xarray`
+    (``state__train__mean``)."""
+    if recorded:
+        return pick_split([str(recorded)], wanted, where)
+    return wanted or ""
+
+
 def _text(ds: Any, name: str, dim: str) -> list[str] | None:
     if name in ds.variables and ds[name].dims == (dim,):
         return [str(v) for v in np.asarray(ds[name].values).reshape(-1)]
