@@ -9,12 +9,12 @@ that cannot be right is refused here, by argparse, before anything is read.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import parse_json
 from wxstats.runtime.options import ComputeOptions
 
 
@@ -244,7 +244,7 @@ def storage_option(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
     try:
-        return key.strip(), json.loads(value)
+        return key.strip(), parse_json(value, text)
     except ValueError:
         return key.strip(), value
 

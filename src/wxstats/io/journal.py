@@ -53,6 +53,7 @@ import warnings
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import UntrustedInput, parse_json
 from wxstats.io.locks import LOCK_NAME, FolderLock
 
 
@@ -220,9 +221,9 @@ def _read_journal(folder: Path, journal: Path) -> tuple[str, list[Entry], list[s
         raise _refused(journal, "it is not a name wxstats gives its journals")
     data = _read_bounded(journal)
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise _refused(journal, "it is not a wxstats journal (not JSON)") from None
+        doc = parse_json(data, str(journal), limit=MAX_JOURNAL_BYTES)
+    except UntrustedInput as exc:
+        raise _refused(journal, f"it is not a wxstats journal ({exc.why})") from None
     if not (
         isinstance(doc, dict)
         and doc.get("wxstats_journal") == JOURNAL_VERSION

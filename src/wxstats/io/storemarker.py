@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from wxstats.core.errors import InputError, WxstatsError
+from wxstats.core.untrusted import UntrustedInput, parse_json
 from wxstats.io.atomic import fsync_file
 from wxstats.io.journal import fsync_dir
 from wxstats.io.locks import LOCK_NAME
@@ -199,9 +200,9 @@ def _read_marker(root: Path, marker: Path) -> tuple[str, list[Step]]:
     finally:
         os.close(fd)
     try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        raise _refused(marker, "it is not a wxstats marker (not JSON)") from None
+        doc = parse_json(data, str(marker), limit=_MAX_MARKER_BYTES)
+    except UntrustedInput as exc:
+        raise _refused(marker, f"it is not a wxstats marker ({exc.why})") from None
     if not (
         isinstance(doc, dict)
         and doc.get("wxstats_store_replacement") == _MARKER_VERSION

@@ -45,6 +45,7 @@ import numpy as np
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
+from wxstats.core.untrusted import read_json
 from wxstats.io.zarrstore import (
     Replacement,
     array_names,
@@ -159,19 +160,19 @@ def _write_into(rep: Replacement, arrays: dict[str, np.ndarray], attrs: dict[str
     stage, aside = tmp / "new", tmp / "old"
     # 1. everything that takes space, under tmp: a full disk stops here
     _write_group(stage, arrays)
-    group_attrs = json.loads((root / ".zattrs").read_text()) if (root / ".zattrs").exists() else {}
+    group_attrs = read_json(root / ".zattrs") if (root / ".zattrs").exists() else {}
     group_attrs.update(attrs)
     (tmp / "zattrs").write_text(_json(group_attrs))
     meta = None
     if (root / ".zmetadata").is_file():
-        meta = json.loads((root / ".zmetadata").read_text())
+        meta = read_json(root / ".zmetadata")
         entries = meta["metadata"]
         for name in [*removed, *arrays]:
             for key in (f"{name}/.zarray", f"{name}/.zattrs"):
                 entries.pop(key, None)
         for name in arrays:
             for file in (".zarray", ".zattrs"):
-                entries[f"{name}/{file}"] = json.loads((stage / name / file).read_text())
+                entries[f"{name}/{file}"] = read_json(stage / name / file)
         entries[".zattrs"] = group_attrs
         (tmp / "zmetadata").write_text(_json(meta))
     aside.mkdir()
@@ -195,7 +196,7 @@ def _write_into(rep: Replacement, arrays: dict[str, np.ndarray], attrs: dict[str
 def is_sidecar(path: str | Path) -> bool:
     """A statistics store wxstats wrote (:func:`write_sidecar`)."""
     try:
-        return MARK in json.loads((Path(path) / ".zattrs").read_text())
+        return MARK in read_json(Path(path) / ".zattrs")
     except (OSError, ValueError, TypeError):
         return False
 

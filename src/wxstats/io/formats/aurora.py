@@ -22,6 +22,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import Stats, StreamStats, listed_features, weighting
+from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.netcdf import recorded_split
 
@@ -84,11 +85,13 @@ def read_aurora(folder: str | Path, split: str | None = None) -> Stats:
     ``wxstats_run`` records (``split``, when given, must be it), else of ``split``."""
     path = Path(folder) / FILE
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
         locations, scales = data["locations"], data["scales"]
         names = list(locations)
         mean = np.array([float(locations[n]) for n in names], dtype=np.float64)
         std = np.array([float(scales[n]) for n in names], dtype=np.float64)
+    except UntrustedInput:
+        raise
     except (OSError, ValueError, TypeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     except KeyError as exc:

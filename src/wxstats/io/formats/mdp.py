@@ -48,6 +48,7 @@ import numpy as np
 from wxstats.core.conventions import ROLES, feature_dim
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats, StreamSpec
+from wxstats.core.untrusted import read_json
 from wxstats.io.formats.netcdf import stat_name
 from wxstats.io.formats.stored import check_float_dtype, check_min_std
 from wxstats.io.zarrstore import Replacement, array_names, fsync_tree, locked_store, replacing
@@ -199,7 +200,7 @@ def _metadata_file(root: Path, zarr_format: int) -> Path | None:
     """The store's consolidated metadata file, or None if it has none."""
     if zarr_format == 2:
         return root / ".zmetadata" if (root / ".zmetadata").exists() else None
-    meta = json.loads((root / "zarr.json").read_text())
+    meta = read_json(root / "zarr.json")
     return root / "zarr.json" if meta.get("consolidated_metadata") else None
 
 
@@ -209,16 +210,16 @@ def _consolidated_text(root: Path, zarr_format: int, arrays: dict[str, Path]) ->
     path = _metadata_file(root, zarr_format)
     if path is None:
         return None
-    doc = json.loads(path.read_text())
+    doc = read_json(path)
     entries = doc["metadata"] if zarr_format == 2 else doc["consolidated_metadata"]["metadata"]
     before = json.dumps(entries, sort_keys=True)
     for name, folder in arrays.items():
         if zarr_format == 2:
             for file in (".zarray", ".zattrs"):
                 if (folder / file).exists():
-                    entries[f"{name}/{file}"] = json.loads((folder / file).read_text())
+                    entries[f"{name}/{file}"] = read_json(folder / file)
         else:
-            entries[name] = json.loads((folder / "zarr.json").read_text())
+            entries[name] = read_json(folder / "zarr.json")
     if json.dumps(entries, sort_keys=True) == before:
         return None
     return json.dumps(doc, indent=2 if zarr_format == 3 else 4, sort_keys=zarr_format == 2)

@@ -40,6 +40,7 @@ from wxstats.core.stats import (
     dataset_builder,
     weighting,
 )
+from wxstats.core.untrusted import parse_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -368,11 +369,11 @@ def read_stats_file(path: Path, split: str | None = None, engine: str | None = N
                     raise InputError(f"{path}: {exc}") from None
                 streams[stream.name] = stream
         try:
-            stored = json.loads(ds.attrs.get("warnings", "[]"))
+            stored = parse_json(ds.attrs.get("warnings", "[]"), "warnings")
         except (TypeError, ValueError):
             stored = []
         try:
-            run = json.loads(ds.attrs.get(RUN_ATTR, "{}"))
+            run = parse_json(ds.attrs.get(RUN_ATTR, "{}"), RUN_ATTR)
         except (TypeError, ValueError):
             run = {}
         is_wxstats = str(ds.attrs.get("title", "")).startswith("wxstats")

@@ -150,6 +150,11 @@ class NotATensor(ValueError):
     tensor of a storage in :data:`STORAGE_DTYPES`)."""
 
 
+class CallsCode(NotATensor):
+    """A pickle naming a function or class outside torch (``os.system``): code that
+    unpickling would run, refused before anything is called."""
+
+
 class _Storage:
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
@@ -179,6 +184,8 @@ class _Unpickler(pickle.Unpickler):
             return _Storage(STORAGE_DTYPES[name])
         if (module, name) == ("collections", "OrderedDict"):
             return OrderedDict
+        if module.split(".")[0] != "torch":  # torch.load would refuse it as well
+            raise CallsCode(f"its pickle would call {module}.{name}")
         raise NotATensor(f"the pickle names {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:
