@@ -279,3 +279,16 @@ def test_a_read_only_installation_and_home_compute_without_a_cache(tmp_path):
     finally:
         choice.KERNEL = saved
     assert {name: (static / name).read_bytes() for name in written} == written
+
+
+def test_doctor_says_when_the_store_is_refused(tmp_path, monkeypatch, capsys, root_only):
+    """``wxstats doctor`` names the store and why it is not used."""
+    from wxstats.cli import main
+
+    store = tmp_path / "store"
+    store.mkdir()
+    _shared(store, "group-writable")
+    monkeypatch.setenv("WXSTATS_KERNEL_CACHE", str(store))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"not used, someone else can change it: {store}: its group (id {OTHER})" in out
