@@ -2,11 +2,12 @@
 can write it (:mod:`wxstats.core.private_files`, :mod:`wxstats.core.kernel_cache`).
 
 A store or numba cache folder of another user, or one its group or anyone can
-write, is refused in one warning line and the kernel is compiled in the process
-(the numpy twin's bits); a planted object that calls ``system()`` or a planted
-pickle in numba's index is never run; temporary files are never written
-through a link; and a read-only installation with a read-only ``$HOME``
-computes without any cache (issue 33, cases 2 and 9)."""
+write, is refused in one warning line and numba's kernel is used instead (from
+numba's cache where that is private, else compiled: the numpy twin's bits);
+a planted object that calls ``system()`` or a planted pickle in numba's index
+is never run; temporary files are never written through a link; and a
+read-only installation with a read-only ``$HOME`` computes without any cache
+(issue 33, cases 2 and 9)."""
 
 from __future__ import annotations
 

@@ -7,9 +7,10 @@ files are pickles. A cache someone else can write (a group-writable
 ``NUMBA_CACHE_DIR`` on a cluster's shared space) would run their code as ours,
 so each is used only in a private folder (:mod:`wxstats.core.private_files`:
 this user's or root's, writable by no one else, nor is any folder above it).
-Otherwise the kernel is compiled in this process and cached nowhere (seconds),
-and one warning line says why; a process with no writable cache at all (a
-read-only installation and ``$HOME``) computes the same way.
+Otherwise one warning line says why, and the kernel comes from numba: from
+its cache where that is private, else compiled in this process (seconds) and
+cached nowhere; a process with no writable cache at all (a read-only
+installation and ``$HOME``) computes the same way.
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ def store_dir() -> Path:
 
 
 def not_cached(why: str) -> None:
-    """Say once per process that the kernel is compiled here, not read from a
-    cache, and ``why`` (one line: the first reason found is the one that matters)."""
+    """Say once per process that the kernel is not read from a cache (numba's
+    kernel is used: from numba's cache where private, else compiled here), and
+    ``why`` (one line: the first reason found is the one that matters)."""
     if _warned.is_set():
         return
     _warned.set()
     warnings.warn(
-        f"the compiled kernel is not cached: {why}; it is compiled in this process "
-        "(seconds; the same numbers); to keep it, point WXSTATS_KERNEL_CACHE (and "
-        "NUMBA_CACHE_DIR) at a folder only you can write",
+        f"the compiled kernel is not cached: {why}; this process gets it from numba "
+        "instead (the same numbers, up to seconds slower); to keep it, point "
+        "WXSTATS_KERNEL_CACHE (and NUMBA_CACHE_DIR) at a folder only you can write",
         UserWarning,
         stacklevel=3,
     )
