@@ -87,7 +87,7 @@ NUMBA_CHECKED = ((0, 58), (0, 68))
 (the compiled library's module and target machine, the C helpers its extension
 modules export) were checked with. Outside these, numba's own kernel is called
 (from numba's cache): the same bits, 0.3 s more a process, until the store is
-checked with the new release (``tests/test_kernel_object.py``) and this widened."""
+checked with the new release (``tests/test_kernel_trust.py`` says so) and this widened."""
 
 
 @functools.cache
