@@ -15,6 +15,7 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
+from wxstats.core import kernel_cache
 from wxstats.core._lanes_numba import lane_sums
 from wxstats.core.kernel_sources import KERNEL_SOURCES, sources_digest
 from wxstats.core.reduction import slot
@@ -25,7 +26,15 @@ _SUM1, _SUM2, _WEIGHT = slot("sum1")[1], slot("sum2")[1], slot("weight")[1]
 _MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
 _NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
 
-_OPTS = {"nogil": True, "cache": True, "error_model": "numpy"}
+
+CACHE = kernel_cache.numba_may_cache()
+"""Whether numba's cache is read and written for this file's functions: only in
+a folder private to this user (its index files are pickles, code run when
+read), and only where numba finds a writable one (a read-only installation and
+``$HOME`` have none: numba's decorator would raise). Otherwise the kernel is
+compiled in each process, with one warning line."""
+
+_OPTS = {"nogil": True, "cache": CACHE, "error_model": "numpy"}
 
 
 @njit(**_OPTS)
@@ -231,7 +240,7 @@ numba's cache watches itself): the lane template and the reduction table's slots
 frozen in at compile time."""
 
 
-@njit(cache=True)
+@njit(cache=CACHE)
 def compiled_from():
     # SOURCES_DIGEST as it was when this cache entry was compiled (a global is a constant)
     return SOURCES_DIGEST

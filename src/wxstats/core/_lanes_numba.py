@@ -18,7 +18,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-_OPTS = {"nogil": True, "cache": True, "error_model": "numpy"}
+from wxstats.core.kernel_cache import numba_may_cache
+
+# numba's cache only where no one else can write it (its index files are pickles)
+_OPTS = {"nogil": True, "cache": numba_may_cache(), "error_model": "numpy"}
 
 
 @intrinsic

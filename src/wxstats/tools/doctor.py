@@ -81,12 +81,12 @@ def report() -> dict[str, Any]:
 
 
 def _kernel() -> dict[str, Any]:
-    from wxstats.core import kernel_object
+    from wxstats.core import kernel_cache, kernel_object
 
     try:
         return kernel_object.stored()
     except Exception as exc:  # noqa: BLE001 - a broken install is what we report
-        return {"folder": str(kernel_object.cache_dir()), "error": f"{type(exc).__name__}: {exc}"}
+        return {"folder": str(kernel_cache.store_dir()), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def format_report(info: dict[str, Any]) -> str:
@@ -113,4 +113,6 @@ def format_report(info: dict[str, Any]) -> str:
     lines.append(f"compiled kernel stored in {kernel['folder']} for {held}")
     if "error" in kernel:
         lines.append(f"  cannot read it: {kernel['error']}")
+    if "refused" in kernel:
+        lines.append(f"  not used, someone else can change it: {kernel['refused']}")
     return "\n".join(lines)
