@@ -28,7 +28,13 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.parallel.devices import resolve_backend
-from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
+from wxstats.parallel.launch import (
+    DEFAULT_TIMEOUT,
+    Launch,
+    check_master,
+    reach_master,
+    store_is_remote,
+)
 from wxstats.parallel.liveness import Liveness
 from wxstats.parallel.monitor import JobStopped, Monitor
 from wxstats.parallel.progress import ProgressReporter
@@ -174,6 +180,10 @@ class Job:
         self.world_size = launch.world_size
         self.label = f"rank {launch.rank}: "
         self.timeout = float(timeout)
+        # before torch loads (it reads this once): c10d's C++ log would repeat, in some
+        # twenty lines, what the one line of a failure here says; TORCH_CPP_LOG_LEVEL=INFO
+        # set by the user shows it
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
         self.backend, self.device = resolve_backend(backend, device, launch)
         check_master(launch)  # before any rendezvous: a name that cannot resolve fails now
         self.show_progress = show_progress and self.rank == 0
@@ -198,6 +208,8 @@ class Job:
         if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device))
         wait = timedelta(seconds=self.timeout)
+        if store_is_remote(self.launch):  # a closed port: one line within the timeout
+            reach_master(self.launch, self.timeout)
         try:
             store, _, _ = next(
                 dist.rendezvous("env://", rank=self.rank, world_size=self.world_size, timeout=wait)
