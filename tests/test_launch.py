@@ -19,11 +19,10 @@ from wxstats.parallel.launch import (
     Launch,
     detect_launch,
     expand_nodelist,
-    reach_master,
     slurm_port,
-    store_is_remote,
     strip_nproc,
 )
+from wxstats.parallel.rendezvous import reach_master, store_is_remote
 
 # -- Slurm node lists and launch detection (pure functions) ------------------------
 

@@ -28,16 +28,11 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.parallel.devices import resolve_backend
-from wxstats.parallel.launch import (
-    DEFAULT_TIMEOUT,
-    Launch,
-    check_master,
-    reach_master,
-    store_is_remote,
-)
+from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.parallel.liveness import Liveness
 from wxstats.parallel.monitor import JobStopped, Monitor
 from wxstats.parallel.progress import ProgressReporter
+from wxstats.parallel.rendezvous import quiet_c10d, reach_master, store_is_remote
 
 
 @dataclass(frozen=True)
@@ -193,10 +188,7 @@ class Job:
         self.world_size = launch.world_size
         self.label = f"rank {launch.rank}: "
         self.timeout = float(timeout)
-        # before torch loads (it reads this once): c10d's C++ log would repeat, in some
-        # twenty lines, what the one line of a failure here says; TORCH_CPP_LOG_LEVEL=INFO
-        # set by the user shows it
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+        quiet_c10d()  # before torch loads
         self.backend, self.device = resolve_backend(backend, device, launch)
         check_master(launch)  # before any rendezvous: a name that cannot resolve fails now
         self.show_progress = show_progress and self.rank == 0
