@@ -11,8 +11,7 @@
 
 :func:`detect_launch` says which (``None``: a plain single process), and
 refuses at once a rank that cannot belong to its job; :func:`check_master`
-refuses a master host that does not resolve, before any rendezvous, and
-:func:`reach_master` waits (at most the timeout) for the job's store to answer.
+refuses a master host that does not resolve, before any rendezvous.
 """
 
 from __future__ import annotations
@@ -221,78 +220,6 @@ def check_master(launch: Launch) -> None:
             f"rank {launch.rank}: the job's master host {launch.master_addr!r}{origin} "
             f"cannot be resolved: {reason}"
         ) from None
-
-
-def store_is_remote(launch: Launch, env: Mapping[str, str] | None = None) -> bool:
-    """Whether this rank connects to the job's store rather than hosting it: every
-    rank but 0, and every rank under torchrun's agent store (which torchrun runs)."""
-    env = os.environ if env is None else env
-    return launch.rank != 0 or env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-
-
-RETRY_FIRST_S = 0.05
-RETRY_MAX_S = 1.0
-"""The pause between two refused connections to the job's store grows from the
-first to the last (rank 0 may start later than this rank: a refusal is normal at first)."""
-
-
-def reach_master(
-    launch: Launch,
-    timeout: float,
-    *,
-    connect: Any = socket.create_connection,
-    clock: Any = time.monotonic,
-    sleep: Any = time.sleep,
-) -> None:
-    """Return once the job's store at ``MASTER_ADDR:MASTER_PORT`` accepts a TCP
-    connection, trying again until ``timeout`` seconds have passed; then refuse in
-    one line naming the address, what each try got and the seconds really waited.
-
-    torch's own client, given a closed port, logs each failed try (some twenty
-    lines of C++ logs) and tries twice, taking twice the timeout; this loop is
-    bounded by ``timeout`` itself and the store is created only once it answers.
-    ``connect``, ``clock`` and ``sleep`` are for tests."""
-    where = f"{launch.master_addr}:{launch.master_port}"
-    start = clock()
-    deadline = start + timeout
-    tries, pause = 0, RETRY_FIRST_S
-    outcomes: dict[str, int] = {}
-    while True:
-        left = deadline - clock()
-        if left <= 0:
-            break
-        tries += 1
-        try:
-            conn = connect((launch.master_addr, launch.master_port), timeout=left)
-        except ConnectionRefusedError:
-            outcome = "refused"
-        except TimeoutError:
-            outcome = "no answer"
-        except OSError as exc:  # unreachable network, no route to the host...
-            outcome = (exc.strerror or str(exc) or type(exc).__name__).lower()
-        else:
-            with contextlib.suppress(OSError):
-                conn.close()
-            return
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        sleep(max(0.0, min(pause, deadline - clock())))
-        pause = min(2 * pause, RETRY_MAX_S)
-    waited = clock() - start
-    got = ", ".join(f"{what} {_times(n)}" for what, n in outcomes.items()) or "no try"
-    hint = (
-        "nothing listens there: is rank 0 running, with the same MASTER_ADDR and MASTER_PORT?"
-        if set(outcomes) == {"refused"}
-        else "is the host up and reachable from this one?"
-    )
-    raise WxstatsError(
-        f"rank {launch.rank}: could not join the job at {where} within {timeout:g} s: "
-        f"{tries} connection {'try' if tries == 1 else 'tries'} in {waited:.1f} s, "
-        f"{got} ({hint})"
-    )
-
-
-def _times(n: int) -> str:
-    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
 
 
 # -- --nproc: ranks started here ---------------------------------------------------
