@@ -187,6 +187,9 @@ def test_a_checkpoint_in_use_is_refused_to_a_second_run(meps_small, tmp_path):
         assert line.startswith(f"{ck}: {IN_USE} (its lock file says: pid {os.getpid()} on ")
         assert "\n" not in line
     first.release()  # the first run ended
+    refused = Checkpoint(ck, _fingerprint(source))  # kept: a refusal alone frees the folder
+    with pytest.raises(WxstatsError, match="holds a checkpoint already"):
+        refused.prepare(resume=False)
     Checkpoint(ck, _fingerprint(source)).prepare(resume=True)
     assert sorted(p.name for p in ck.iterdir()) == [LOCK, "manifest.json"]
 

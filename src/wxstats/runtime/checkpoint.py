@@ -215,6 +215,14 @@ class Checkpoint:
                 ) from None
         self.release()
         self._lock = FolderLock.take(self.directory)
+        try:
+            self._begin(manifest, resume)
+        except BaseException:
+            self.release()  # refused: the folder stays free
+            raise
+
+    def _begin(self, manifest: Path, resume: bool) -> None:
+        """The folder is locked: check the checkpoint it holds, or start one."""
         if manifest.exists():
             if not resume:
                 raise WxstatsError(
