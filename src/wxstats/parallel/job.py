@@ -250,6 +250,8 @@ class Job:
                 f"rank {self.rank}: could not open the liveness connection of the job at "
                 f"{self.where}: {exc}"
             ) from None
+        if self.rank != 0:  # rank 0 published its host before its liveness address:
+            self.monitor.describe(0)  # known now, to name it once it and its store are gone
         return self
 
     def _check_token(self, store: Any) -> None:

@@ -261,8 +261,6 @@ class Monitor:
         store = self.store
         self.push_progress()
         store.add(f"hb/{self.rank}", 1)
-        if self.rank != 0 and 0 not in self.hosts:
-            self.describe(0)  # known before it is needed: rank 0 lost, its store goes too
         if self.failure is None:
             self.failure = self._first_failure()
         now = time.monotonic()
