@@ -373,7 +373,11 @@ def test_a_rank_killed_inside_the_all_reduce_stops_the_others(odd_copy, tmp_path
         errs = [p.communicate(timeout=120)[1] for p in others]  # a hang guard only
     finally:
         kill_leftovers(ranks)
-    assert [p.returncode for p in others] == [1, 1], errs
+    # stopped, not hung; (once in some twenty runs, a survivor whose message was out
+    # already was then aborted by SIGABRT at interpreter exit, "terminate called without
+    # an active exception": torch's teardown after a broken collective, not wxstats')
+    assert all(p.returncode in (1, -signal.SIGABRT) for p in others), errs
+    assert 1 in [p.returncode for p in others], errs
     lost = f"the job stopped: rank {victim} on {socket.gethostname()} failed: its connection closed"
     speakers = errs if victim == 0 else errs[:1]  # rank 0 speaks for the job while it lives
     for err in speakers:
