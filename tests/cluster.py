@@ -14,7 +14,8 @@ that fails to start once namespaces work is an error.
 :func:`fault_hooks` writes a ``sitecustomize`` that slows down or blocks the
 opening of chosen files in the Python processes it reaches (through
 ``PYTHONPATH``), so that a test can act "mid-run" or make a read hang while
-the process's other threads live on. No test is defined here.
+the process's other threads live on, and that logs the calls of a chosen
+function (a collective) and blocks one rank at one of them. No test is defined here.
 """
 
 from __future__ import annotations
@@ -408,9 +409,14 @@ WXS_FAULT_HANG     glob: an open of a matching path never returns (only this
 WXS_FAULT_LOG      a file that gets a line "time rank host path" per matching open
 WXS_FAULT_GATE     a path: opens matching WXS_FAULT_MATCH wait until it exists (the
                    test opens the gate when it has done what must come first)
+WXS_FAULT_CALL     MODULE:FUNCTION (torch.distributed:all_reduce): each call is logged
+                   to WXS_FAULT_LOG as "MODULE.FUNCTION#N" (the N-th call of the process)
+WXS_FAULT_CALL_HANG  RANK:N: that rank's N-th call never returns (it blocks before
+                   calling; the test kills it there, the other ranks inside the call)
 """
 import builtins
 import os
+import sys
 
 _match = os.environ.get("WXS_FAULT_MATCH", "")
 _hang = os.environ.get("WXS_FAULT_HANG", "")
@@ -446,6 +452,67 @@ if _match or _hang:
         return _open(file, *args, **kwargs)
 
     builtins.open = _faulty_open
+
+_call = os.environ.get("WXS_FAULT_CALL", "")
+if _call:
+    import importlib.util
+    import socket
+    import threading
+    import time
+
+    _module, _function = _call.split(":")
+    _hang_at = os.environ.get("WXS_FAULT_CALL_HANG", "")
+    _who = os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "-"
+    _calls = [0]
+    _count_lock = threading.Lock()
+
+    def _log_call(what):
+        log = os.environ.get("WXS_FAULT_LOG", "")
+        if log:
+            line = f"{time.time():.3f} {_who} {socket.gethostname()} {what}\\n"
+            fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    def _watched(real):
+        def call(*args, **kwargs):
+            with _count_lock:
+                _calls[0] += 1
+                n = _calls[0]
+            _log_call(f"{_module}.{_function}#{n}")
+            while _hang_at == f"{_who}:{n}":
+                time.sleep(3600)
+            return real(*args, **kwargs)
+
+        return call
+
+    class _WrapOnImport:
+        """Wraps FUNCTION of MODULE once the module has run (a meta path finder)."""
+
+        busy = False
+
+        def find_spec(self, name, path=None, target=None):
+            if name != _module or self.busy:
+                return None
+            self.busy = True
+            try:
+                spec = importlib.util.find_spec(name)
+            finally:
+                self.busy = False
+            if spec is None or spec.loader is None:
+                return None
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                setattr(module, _function, _watched(getattr(module, _function)))
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, _WrapOnImport())
 '''
 
 
@@ -461,7 +528,7 @@ def fault_hooks(directory: Path) -> Path:
 def with_fault_hooks(env: Mapping[str, str], hooks: Path, **variables: str) -> dict[str, str]:
     """``env`` with ``hooks`` first on ``PYTHONPATH`` and ``WXS_FAULT_<NAME>`` set
     from the keyword arguments (``delay=...``, ``match=...``, ``hang=...``, ``log=...``,
-    ``gate=...``)."""
+    ``gate=...``, ``call=...``, ``call_hang=...``)."""
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hooks), out.get("PYTHONPATH", "")]))
     for name, value in variables.items():

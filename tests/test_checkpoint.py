@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import signal
+import subprocess
+import time
 
 import netCDF4
 import numpy as np
@@ -14,7 +18,8 @@ from distributed_helpers import assert_identical_outputs
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
 from wxstats.core.partial import Coverage
-from wxstats.runtime.checkpoint import FORMAT_VERSION, Checkpoint
+from wxstats.runtime import checkpoint as checkpoint_module
+from wxstats.runtime.checkpoint import FORMAT_VERSION, LOCK, Checkpoint
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
@@ -159,6 +164,141 @@ def test_a_new_checkpoint_goes_only_into_a_new_or_empty_folder(meps_small, tmp_p
             (folder / leftover).write_text("half")
         Checkpoint(folder, _fingerprint(source)).prepare(resume=False)
         assert (folder / "manifest.json").exists()
+
+
+# -- one run at a time ---------------------------------------------------------------
+
+
+IN_USE = "checkpoint folder in use by another run"
+
+
+def test_a_checkpoint_in_use_is_refused_to_a_second_run(meps_small, tmp_path):
+    """Issue 33: two runs on one checkpoint folder at once (both resuming it, or a
+    fresh run into it) would each write parts of the same steps; the second is
+    refused in one line naming the folder, whatever it asked, until the first ends."""
+    source = open_source(ComputeOptions(dataset=meps_small))
+    ck = tmp_path / "ck"
+    first = Checkpoint(ck, _fingerprint(source))
+    first.prepare(resume=False)
+    for resume in (True, False):
+        with pytest.raises(WxstatsError) as refused:
+            Checkpoint(ck, _fingerprint(source)).prepare(resume=resume)
+        line = str(refused.value)
+        assert line.startswith(f"{ck}: {IN_USE} (its lock file says: pid {os.getpid()} on ")
+        assert "\n" not in line
+    first.release()  # the first run ended
+    refused = Checkpoint(ck, _fingerprint(source))  # kept: a refusal alone frees the folder
+    with pytest.raises(WxstatsError, match="holds a checkpoint already"):
+        refused.prepare(resume=False)
+    Checkpoint(ck, _fingerprint(source)).prepare(resume=True)
+    assert sorted(p.name for p in ck.iterdir()) == [LOCK, "manifest.json"]
+
+
+def test_the_lock_file_is_never_followed_nor_trusted(meps_small, tmp_path):
+    """The lock file may be anyone's: a symbolic link or a FIFO planted under its
+    name is refused in one line (nothing written through it, no open that blocks),
+    a hard link's other name is never written, and what a held lock file says is
+    shown only as a short printable hint."""
+    source = open_source(ComputeOptions(dataset=meps_small))
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / LOCK).symlink_to(victim)
+    with pytest.raises(WxstatsError, match=f"{linked / LOCK}: a symbolic link, not a lock file"):
+        Checkpoint(linked, _fingerprint(source)).prepare(resume=False)
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / LOCK)
+    with pytest.raises(WxstatsError, match=f"{fifo / LOCK}: not a regular file"):
+        Checkpoint(fifo, _fingerprint(source)).prepare(resume=False)
+    hard = tmp_path / "hard"
+    hard.mkdir()
+    os.link(victim, hard / LOCK)
+    held = Checkpoint(hard, _fingerprint(source))
+    held.prepare(resume=False)  # locks, and writes no hint into a file with two names
+    assert victim.read_text() == "mine\n"
+    held.release()
+    # a lock file held by someone else, saying anything
+    other = tmp_path / "other"
+    Checkpoint(other, _fingerprint(source)).prepare(resume=False)
+    (other / LOCK).write_bytes(b"\x1b[2J\x1b]0;owned\x07 pid 1\n" + b"A" * 10_000)
+    with open(other / LOCK, "rb") as theirs:
+        fcntl.flock(theirs, fcntl.LOCK_EX)
+        with pytest.raises(WxstatsError) as refused:
+            Checkpoint(other, _fingerprint(source)).prepare(resume=True)
+    line = str(refused.value)
+    assert "\x1b" not in line and "\x07" not in line and "\n" not in line
+    assert f"(its lock file says: [2J ]0;owned pid 1 {'A' * 60}" in line, line
+    assert len(line) < 400, line
+    assert victim.read_text() == "mine\n"
+
+
+def test_a_file_system_without_locks_warns_and_goes_on(meps_small, tmp_path, monkeypatch):
+    """Some network file systems cannot lock (ENOLCK): the run goes on after one
+    warning saying that a second run there would not be refused."""
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(checkpoint_module.fcntl, "flock", no_locks)
+    source = open_source(ComputeOptions(dataset=meps_small))
+    ck = tmp_path / "ck"
+    with pytest.warns(UserWarning, match="cannot lock files .* would not be refused") as said:
+        Checkpoint(ck, _fingerprint(source)).prepare(resume=False)
+    assert len(said) == 1 and str(ck) in str(said[0].message)
+    assert (ck / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_checkpoint_at_once(meps_small, tmp_path):
+    """The first run is held (by the test's fault hooks) at the open of a sample it
+    reads only while summing, so it holds the folder; a second run resuming it and
+    a fresh run into it are refused in one line each; once the first ends, the
+    resume goes on."""
+    from cluster import fault_hooks, fault_log, with_fault_hooks
+    from distributed_helpers import compute_args, env, wxstats_cmd
+
+    ck, log, gate = tmp_path / "ck", tmp_path / "opens.log", tmp_path / "gate"
+    later = MepsSource(meps_small).samples[5].path  # read only in the sums
+    hooked = with_fault_hooks(env(), fault_hooks(tmp_path), match=str(later), gate=gate, log=log)
+
+    def args(out, *extra):
+        return wxstats_cmd(*compute_args(meps_small, out, "--threads", "1", "--checkpoint",
+                                         str(ck), *extra))  # fmt: skip
+
+    first = subprocess.Popen(args(tmp_path / "a"), env=hooked, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not fault_log(log):  # the first run sums: it holds the folder
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.05)
+        second = [
+            subprocess.run(
+                args(tmp_path / name, *extra),
+                env=env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )  # fmt: skip
+            for name, extra in (("b", ["--resume"]), ("c", []))
+        ]
+        gate.touch()
+        _, first_err = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, first_err
+    for name, result in zip("bc", second, strict=True):
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.splitlines()
+        assert lines == [f"wxstats: error: {ck}: {IN_USE}" + lines[0].split(IN_USE, 1)[1]]
+        assert not (tmp_path / name).exists() or not any((tmp_path / name).iterdir())
+    again = subprocess.run(args(tmp_path / "b", "--resume"), env=env(), capture_output=True,
+                           text=True, timeout=240)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert_identical_outputs(tmp_path / "a", tmp_path / "b", same_path=False)
 
 
 def test_manifest_records_identity(meps_small, tmp_path):
@@ -683,6 +823,7 @@ def test_a_block_partly_done_in_two_places_is_summed_in_two_pieces(tmp_path):
         part = Checkpoint(ck, _fingerprint(source))
         part.prepare(resume=resume)
         part.save(_steps_of(source, [index]), accumulate(source, [index]))
+        part.release()  # the run was killed: its lock on the folder went with it
     whole = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(40))))
     assert len(whole) == 1
     done = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole)).coverage

@@ -4,6 +4,7 @@ backend choice (pure functions, no processes started)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -14,12 +15,14 @@ import torch
 from wxstats.core.errors import WxstatsError
 from wxstats.parallel.devices import check_local_devices, resolve_backend
 from wxstats.parallel.launch import (
+    DEFAULT_TIMEOUT,
     Launch,
     detect_launch,
     expand_nodelist,
     slurm_port,
     strip_nproc,
 )
+from wxstats.parallel.rendezvous import reach_master, store_is_remote
 
 # -- Slurm node lists and launch detection (pure functions) ------------------------
 
@@ -211,6 +214,118 @@ def test_an_inconsistent_launch_is_refused_in_one_line_before_any_rendezvous(
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("wxstats: error: "), done.stderr
     assert message in lines[0]
+
+
+def _closed_port() -> int:
+    """A port of 127.0.0.1 nobody listens on (bound by the OS, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_master_at_a_closed_port_is_one_line_within_the_timeout(tmp_path):
+    """Issue 33 case 8: with --timeout 5 a rank took 16 s and printed 21 lines of
+    c10d's C++ log before its own line; now one line, naming the address, the tries
+    and the seconds waited (no timing is asserted: the message says what was used)."""
+    port = _closed_port()
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "MASTER_", "TORCHELASTIC_", "TORCH_CPP_"))
+        and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    environ.update(
+        RANK="1",
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        PYTHONPATH=os.pathsep.join(sys.path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "wxstats", "compute", str(tmp_path / "x.yaml"), "--timeout", "3"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,  # a hang guard only
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr  # nothing from c10d
+    line = lines[0]
+    assert line.startswith(
+        f"wxstats: error: rank 1: could not join the job at 127.0.0.1:{port} "
+    ), line
+    assert "within 3 s" in line and "refused" in line and "nothing listens there" in line, line
+
+
+class _FakeTime:
+    """A clock that moves only when slept on or connected through (a refusal takes 1 ms)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.tries = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+    def refuse(self, address, timeout):
+        assert timeout > 0
+        self.tries += 1
+        self.now += 0.001
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def drop(self, address, timeout):
+        self.tries += 1
+        self.now += timeout  # no answer: the connect waits its whole timeout
+        raise TimeoutError("timed out")
+
+
+@pytest.mark.parametrize("how", ["refuse", "drop"])
+def test_the_default_timeout_is_the_time_waited_and_said(how):
+    """With the default timeout the rank waited 190 s for a message saying 120 s: the
+    loop waits with the value its message states, and says the seconds it measured."""
+    fake = _FakeTime()
+    launch = Launch("torchrun", 1, 2, 0, 1, "head", 29500)
+    start = fake.now
+    with pytest.raises(WxstatsError) as caught:
+        reach_master(
+            launch, DEFAULT_TIMEOUT, connect=getattr(fake, how), clock=fake.clock, sleep=fake.sleep
+        )
+    message = str(caught.value)
+    assert fake.now - start == pytest.approx(DEFAULT_TIMEOUT, abs=0.01)
+    assert f"at head:29500 within {DEFAULT_TIMEOUT:g} s" in message, message
+    assert f"in {DEFAULT_TIMEOUT:.1f} s" in message, message
+    if how == "refuse":
+        assert fake.tries > 100 and f"refused {fake.tries} times" in message, message
+    else:
+        assert fake.tries == 1 and "no answer once" in message, message
+
+
+def test_a_store_that_answers_is_joined_at_once():
+    fake = _FakeTime()
+    calls = []
+
+    class Conn:
+        def close(self):
+            calls.append("closed")
+
+    def accept_third(address, timeout):
+        calls.append(address)
+        if len(calls) < 3:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return Conn()
+
+    launch = Launch("torchrun", 1, 2, 0, 1, "head", 29500)
+    reach_master(launch, 5.0, connect=accept_third, clock=fake.clock, sleep=fake.sleep)
+    assert calls == [("head", 29500)] * 3 + ["closed"]
+    # who connects: every rank but 0, and rank 0 too under torchrun's agent store
+    assert store_is_remote(launch, {}) and not store_is_remote(replace(launch, rank=0), {})
+    assert store_is_remote(replace(launch, rank=0), {"TORCHELASTIC_USE_AGENT_STORE": "True"})
 
 
 def test_a_node_with_fewer_gpus_than_local_ranks_is_refused_on_every_rank(monkeypatch):

@@ -15,7 +15,8 @@ the file system.
   nothing is written, and that a resume with one process gives the same
   bytes, within issue 12's bounds: 30 s when the lost processes' connections
   close (their liveness connections to rank 0 end at once), ``--timeout`` plus
-  15 s for silent failures (heartbeats; a rank's own progress-stall limit).
+  15 s for silent failures (heartbeats; a rank's own progress-stall limit);
+  a rank killed inside the exact all-reduce: the same 30 s.
   Each waits at most its bound plus 5 s, then kills what is left.
 
 Skipped, saying why, where network namespaces cannot be created (not root, no
@@ -499,6 +500,40 @@ def test_host_killed_mid_run(hosts, odd, hooks, tmp_path):
     )
     job.assert_nothing_written_and_resume()
     assert_stopped_in_time(job, "SIGKILL of wxs1", CLOSED_BOUND_S, {2, 3}, timings)
+
+
+def test_rank_killed_inside_the_all_reduce(hosts, odd, hooks, tmp_path):
+    """Rank 3 (on wxs1) SIGKILLed at the start of its exact all-reduce of the sums,
+    the other ranks waiting inside theirs: the backend reads the connection closed,
+    and the survivors must stop within 30 s naming rank 3 and wxs1 (they ended with
+    gloo's RuntimeError in a traceback). The test waits for every rank's call in the
+    fault log, never for a time."""
+    job = FaultRun(
+        hosts, odd, hooks, tmp_path, call="torch.distributed:all_reduce", call_hang="3:2"
+    )
+    deadline = time.monotonic() + 150
+    while len({e[1] for e in fault_log(job.opens) if e[3].endswith("all_reduce#2")}) < 4:
+        assert time.monotonic() < deadline, "the ranks never reached the all-reduce"
+        for h, proc in job.procs.items():
+            assert proc.poll() is None, f"torchrun on {h} ended early: {job.log(h)}"
+        time.sleep(0.1)
+    victim = hosts.ranks("wxs1")[3]
+    survivors = job.survivors(lost={2, 3})  # torchrun on wxs1 stops rank 2 itself
+    survivors = {r: p for r, p in survivors.items() if r in (0, 1)}
+    t0 = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    timings = job.wait_stopped(t0, survivors, "wxs0", cap=CLOSED_BOUND_S + 5)
+    hosts.kill_all()
+    record(
+        "sigkill rank 3 in the all-reduce",
+        ranks_stopped_s=timings[0],
+        wxs0_torchrun_stopped_s=timings[1],
+        wxs0_said=job.wxstats_lines("wxs0"),
+    )
+    said = job.log("wxs0")  # (torchrun's own traceback of its failed workers aside)
+    assert "unexpected RuntimeError" not in said and "wxstats/runtime" not in said, said
+    job.assert_nothing_written_and_resume()
+    assert_stopped_in_time(job, "SIGKILL of rank 3 in the all-reduce", CLOSED_BOUND_S, {3}, timings)
 
 
 def test_host_link_down_mid_run(hosts, odd, hooks, tmp_path):

@@ -33,6 +33,7 @@ from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.parallel.liveness import Liveness
 from wxstats.parallel.monitor import JobStopped, Monitor
 from wxstats.parallel.progress import ProgressReporter
+from wxstats.parallel.rendezvous import quiet_c10d, reach_master, store_is_remote
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,19 @@ class Solo:
             self._progress = None
 
 
+COLLECTIVE_FAILURE_WAIT_S = 10.0
+"""How long a rank whose all-reduce broke waits to learn which rank was lost."""
+
+
+def _backend_words(exc: BaseException) -> str:
+    """The first sentence of a backend's error, without its source location
+    (``[/path/gloo/transport/tcp/pair.cc:553] Connection closed by peer ...``)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if text.startswith("[") and "] " in text:
+        text = text.split("] ", 1)[1]
+    return text.split(". ", 1)[0].rstrip(".")
+
+
 TOKEN_KEY = "wxstats/job_token"
 """Where rank 0 puts its job's token in the store, before any collective."""
 
@@ -175,6 +189,7 @@ class Job:
         self.world_size = launch.world_size
         self.label = f"rank {launch.rank}: "
         self.timeout = float(timeout)
+        quiet_c10d()  # before torch loads
         self.backend, self.device = resolve_backend(backend, device, launch)
         check_master(launch)  # before any rendezvous: a name that cannot resolve fails now
         self.show_progress = show_progress and self.rank == 0
@@ -199,6 +214,8 @@ class Job:
         if self.device.startswith("cuda"):
             torch.cuda.set_device(torch.device(self.device))
         wait = timedelta(seconds=self.timeout)
+        if store_is_remote(self.launch):  # a closed port: one line within the timeout
+            reach_master(self.launch, self.timeout)
         try:
             store, _, _ = next(
                 dist.rendezvous("env://", rank=self.rank, world_size=self.world_size, timeout=wait)
@@ -234,6 +251,8 @@ class Job:
                 f"rank {self.rank}: could not open the liveness connection of the job at "
                 f"{self.where}: {exc}"
             ) from None
+        if self.rank != 0:  # rank 0 published its host before its liveness address:
+            self.monitor.describe(0)  # known now, to name it once it and its store are gone
         return self
 
     def _check_token(self, store: Any) -> None:
@@ -353,17 +372,38 @@ class Job:
         ints, minimum, maximum = acc.pack()
         device = torch.device(self.device)
         check = torch.tensor([ints.size, -ints.size], dtype=torch.int64).to(device)
-        dist.all_reduce(check, op=dist.ReduceOp.MAX)
-        if int(check[0]) != -int(check[1]):  # begin() compared the identities: a bug
-            raise WxstatsError("the ranks' sums have other layouts; nothing was written")
-        t_ints = torch.from_numpy(ints.astype(np.int64)).to(device)
-        t_min = torch.from_numpy(minimum.astype(np.float64)).to(device)
-        t_max = torch.from_numpy(maximum.astype(np.float64)).to(device)
-        dist.all_reduce(t_ints, op=dist.ReduceOp.SUM)
-        dist.all_reduce(t_min, op=dist.ReduceOp.MIN)
-        dist.all_reduce(t_max, op=dist.ReduceOp.MAX)
+        try:
+            dist.all_reduce(check, op=dist.ReduceOp.MAX)
+            if int(check[0]) != -int(check[1]):  # begin() compared the identities: a bug
+                raise WxstatsError("the ranks' sums have other layouts; nothing was written")
+            t_ints = torch.from_numpy(ints.astype(np.int64)).to(device)
+            t_min = torch.from_numpy(minimum.astype(np.float64)).to(device)
+            t_max = torch.from_numpy(maximum.astype(np.float64)).to(device)
+            dist.all_reduce(t_ints, op=dist.ReduceOp.SUM)
+            dist.all_reduce(t_min, op=dist.ReduceOp.MIN)
+            dist.all_reduce(t_max, op=dist.ReduceOp.MAX)
+        except RuntimeError as exc:  # gloo's and NCCL's errors (DistBackendError) too
+            raise self._collective_failed(exc) from None
         acc.unpack_like(t_ints.cpu().numpy(), t_min.cpu().numpy(), t_max.cpu().numpy())
         return acc
+
+    def _collective_failed(self, exc: RuntimeError) -> WxstatsError:
+        """What stops this rank when the all-reduce broke (a rank killed inside it: gloo
+        reads its connection closed): the lost rank, named with its host by the monitor
+        (rank 0's liveness connection tells at once, the others read it from the store
+        within a heartbeat), waited for at most :data:`COLLECTIVE_FAILURE_WAIT_S`; else
+        the backend's words, in one line."""
+        deadline = time.monotonic() + min(self.timeout, COLLECTIVE_FAILURE_WAIT_S)
+        while self.monitor.failure is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            self.monitor.raise_if_failed()
+        except JobStopped as stopped:
+            return stopped
+        return WxstatsError(
+            f"the exact all-reduce failed ({self.backend}): {_backend_words(exc)}; "
+            "no output was written"
+        )
 
     def broadcast_bytes(self, key: str, payload: bytes) -> bytes:
         """Rank 0's ``payload`` on every rank, through the job's store."""

@@ -1,6 +1,7 @@
 """How a run uses a checkpoint folder (``wxstats compute --checkpoint DIR [--resume]``).
 
-Rank 0 prepares the manifest and reads the part files (the folder's format is
+Rank 0 locks the folder for the run's life (another run on it is refused),
+prepares the manifest and reads the part files (the folder's format is
 :mod:`wxstats.runtime.checkpoint`), every rank receives the same set of time
 steps done and shares out only the samples with steps still to do (a sample
 partly done, when the block size changed, sums only those: :func:`plan`), and
@@ -175,6 +176,11 @@ class Resumable:
         self._finished = True
         if self._signal is not None:  # came after the last sample
             raise self._interrupted(self._signal, saved=True)
+
+    def close(self) -> None:
+        """The run is over: other runs may use the folder (rank 0 held it locked)."""
+        if self._checkpoint is not None:
+            self._checkpoint.release()
 
     def save(self) -> None:
         """Write this rank's part file if it finished samples since the last save."""

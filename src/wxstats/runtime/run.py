@@ -338,6 +338,8 @@ def execute(
             prepared.discard()  # a failed run's temporary files and new folders
             release()
         world.close(outcome.code)
+        if checkpoint is not None:
+            checkpoint.close()  # after the others left: the folder is free for another run
     started = checkpoint is not None and checkpoint.started
     if outcome.code and started and world.rank == 0 and not interrupted:
         _say(resume_hint(checkpoint.directory))
