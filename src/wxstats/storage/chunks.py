@@ -23,6 +23,7 @@ unless the format says a missing chunk is one never written (HDF5).
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import warnings
 from collections import OrderedDict
@@ -35,6 +36,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
+from wxstats.storage.decompress import TooLarge, stored_limit
 
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
@@ -48,9 +50,10 @@ SHARED_BYTES = 128 * 2**20
 
 @dataclass(frozen=True)
 class ChunkCodec:
-    """How the bytes of one chunk object become values: decompress, then view."""
+    """How the bytes of one chunk object become values: decompress (within the
+    chunk's declared size, :mod:`.decompress`), then view."""
 
-    decompress: Callable[[bytes], Any] | None  # None: stored uncompressed
+    decompress: Callable[[Any, int], Any] | None  # (data, declared bytes); None: uncompressed
     dtype: np.dtype  # with the stored byte order
 
 
@@ -82,7 +85,9 @@ class ChunkSource(Protocol):
     @property
     def local(self) -> bool: ...
 
-    def get(self, key: str) -> bytes | np.ndarray | None: ...
+    def get(self, key: str, limit: int | None = None) -> bytes | np.ndarray | None:
+        """Chunk object ``key``; one stored in more than ``limit`` bytes is refused
+        (``ValueError``) before it is read."""
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
 
@@ -135,6 +140,11 @@ class SharedChunks:
                     if self._entries[old].done():
                         self._bytes -= _nbytes(self._entries.pop(old).result())
         return values
+
+
+def _chunk_bytes(arr: ChunkedArray) -> int:
+    """The decoded size of each chunk of ``arr``, as its metadata declares it."""
+    return math.prod(arr.chunks) * arr.dtype.itemsize
 
 
 def _nbytes(values: np.ndarray | None) -> int:
@@ -315,10 +325,16 @@ class ChunkReader:
         arr = self._array(req.name)
         codec = arr.codec
         where = f"{self.path}: variable {req.name}"
+        nbytes = _chunk_bytes(arr)
         try:
-            data = fetched[key] if fetched is not None else self.store.get(key)
+            if fetched is not None:
+                data = fetched[key]
+            else:
+                data = self.store.get(key, stored_limit(nbytes))
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
+        except TooLarge as exc:  # a format's own filters, undone while reading
+            raise InputError(f"{where}: chunk object {key} {exc}") from None
         except ValueError as exc:  # a format's own filters, undone while reading, failed
             raise InputError(
                 f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
@@ -333,9 +349,15 @@ class ChunkReader:
                 )
             return None
         try:
-            raw = codec.decompress(data) if codec.decompress else data
-            return np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
+            raw = codec.decompress(data, nbytes) if codec.decompress else data
+        except TooLarge as exc:  # a decompression bomb, or metadata that lies
+            raise InputError(f"{where}: chunk object {key} {exc}") from None
         except Exception as exc:  # corrupt or truncated objects
+            msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
+            raise InputError(msg) from None
+        try:
+            return np.frombuffer(raw, dtype=codec.dtype).reshape(arr.chunks)
+        except Exception as exc:  # an uncompressed object of another size
             msg = f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             raise InputError(msg) from None
 
