@@ -36,7 +36,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
-from wxstats.storage.decompress import TooLarge, stored_limit
+from wxstats.storage.decompress import TooLarge
 
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
@@ -85,9 +85,10 @@ class ChunkSource(Protocol):
     @property
     def local(self) -> bool: ...
 
-    def get(self, key: str, limit: int | None = None) -> bytes | np.ndarray | None:
-        """Chunk object ``key``; one stored in more than ``limit`` bytes is refused
-        (``ValueError``) before it is read."""
+    def get(self, key: str, nbytes: int | None = None) -> bytes | np.ndarray | None:
+        """Chunk object ``key``, whose decoded size is ``nbytes``; one stored in more
+        bytes than any codec takes for that is refused unread
+        (:class:`.decompress.TooLarge`)."""
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
 
@@ -327,13 +328,10 @@ class ChunkReader:
         where = f"{self.path}: variable {req.name}"
         nbytes = _chunk_bytes(arr)
         try:
-            if fetched is not None:
-                data = fetched[key]
-            else:
-                data = self.store.get(key, stored_limit(nbytes))
+            data = fetched[key] if fetched is not None else self.store.get(key, nbytes)
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
-        except TooLarge as exc:  # a format's own filters, undone while reading
+        except TooLarge as exc:  # stored too large, or a format's own filters inflated it
             raise InputError(f"{where}: chunk object {key} {exc}") from None
         except ValueError as exc:  # a format's own filters, undone while reading, failed
             raise InputError(

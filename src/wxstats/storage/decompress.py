@@ -16,8 +16,9 @@ produces, or allocates, more than one byte beyond it:
   the declared one first, then decoded into a buffer of the declared size
   (numcodecs refuses to write past it);
 - bz2 and lzma: the standard library's decompressors, with an output limit;
-- any other numcodecs codec: decoded into a buffer of the declared size where
-  the codec takes one (``out=``), and its size checked.
+- any other numcodecs codec: decoded by its own library, then its size checked
+  (its allocation is the codec's, as in zarr's own reading; see
+  :func:`_decoded_then_checked`).
 
 A chunk that decodes to more is refused with :class:`TooLarge` ("inflates past
 its declared 4096 bytes"), one that decodes to less with a ``ValueError``
@@ -66,9 +67,14 @@ size is ``nbytes``, as a bytes-like buffer of exactly that size."""
 
 
 class TooLarge(ValueError):
-    """A chunk object that decodes past its declared size."""
+    """A chunk object that decodes past its declared size (or is stored in more
+    bytes than any codec would take for it); its text follows the chunk's name."""
 
-    def __init__(self, nbytes: int, claimed: int | None = None) -> None:
+    def __init__(self, nbytes: int, claimed: int | None = None, stored: int | None = None):
+        if stored is not None:
+            text = f"is stored in {stored} bytes, more than any codec takes for its declared "
+            super().__init__(f"{text}{nbytes} bytes")
+            return
         said = f" (its header says {claimed} bytes)" if claimed is not None else ""
         super().__init__(f"inflates past its declared {nbytes} bytes{said}")
 
@@ -206,18 +212,15 @@ def _stream(make: Callable[[], Any]) -> Decoder:
     return decode
 
 
-def _into_buffer(codec: Any) -> Decoder:
-    """Any other codec: decoded into a buffer of the declared size (``out=``)."""
+def _decoded_then_checked(codec: Any) -> Decoder:
+    """Any other codec (zfpy, pcodec, imagecodecs'...): decoded by its own library,
+    then its size checked. Decoding into a buffer of the declared size (``out=``)
+    would bound the allocation, but a codec that decodes to less leaves the rest
+    of the buffer unwritten and says nothing: silent wrong numbers. These codecs
+    allocate what they decode as zarr's own reading would."""
 
     def decode(data: Any, nbytes: int) -> Any:
-        out = _buffer(nbytes)
-        try:
-            got = codec.decode(data, out=out)
-        except (RuntimeError, ValueError) as exc:
-            if "small" in str(exc):  # numcodecs: "destination buffer too small"
-                raise TooLarge(nbytes) from None
-            raise
-        return _checked(got, nbytes)
+        return _checked(codec.decode(data), nbytes)
 
     return decode
 
@@ -239,4 +242,4 @@ def bounded(codec: Any) -> Decoder:
         fmt = getattr(codec, "format", lzma.FORMAT_AUTO)
         filters = codec.filters if fmt == lzma.FORMAT_RAW else None
         return _stream(lambda: lzma.LZMADecompressor(fmt, filters=filters))
-    return _into_buffer(codec)
+    return _decoded_then_checked(codec)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
-from wxstats.storage.decompress import inflate, stored_limit
+from wxstats.storage.decompress import TooLarge, inflate, stored_limit
 from wxstats.storage.readahead import will_need
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
@@ -99,15 +99,15 @@ class Hdf5ChunkStore:
 
         dataset.id.chunk_iter(record)
 
-    def get(self, key: str, limit: int | None = None) -> bytes | np.ndarray | None:
-        """Chunk ``key`` unfiltered, inflated within its declared size (``limit``:
-        the index's own bound of the stored size is used)."""
+    def get(self, key: str, nbytes: int | None = None) -> bytes | np.ndarray | None:
+        """Chunk ``key`` unfiltered, inflated within its declared size (the index's
+        own, whatever ``nbytes`` says)."""
         entry = self.index.get(key)
         if entry is None:
             return None  # never written: HDF5 reads the fill value
         offset, size, mask, pipeline, nbytes = entry
         if size > stored_limit(nbytes):
-            raise ValueError(f"{size} bytes stored, more than any filter stores a chunk in")
+            raise TooLarge(nbytes, stored=size)
         data = os.pread(self.fd, size, offset)
         if len(data) != size:
             raise OSError(f"the file ends inside chunk {key} (truncated?)")

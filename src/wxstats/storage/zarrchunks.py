@@ -18,7 +18,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
-from wxstats.storage.decompress import bounded
+from wxstats.storage.decompress import TooLarge, bounded, stored_limit
 from wxstats.storage.readahead import will_need
 from wxstats.storage.urls import REQUESTS_IN_FLIGHT, is_url, object_store, read_options
 
@@ -67,14 +67,13 @@ class ChunkStore:
     def local(self) -> bool:
         return self.fs is None and self.objects is None
 
-    def get(self, key: str, limit: int | None = None) -> bytes | None:
-        """One local chunk object (``None``: it does not exist); one larger than
-        ``limit`` bytes is refused unread."""
+    def get(self, key: str, nbytes: int | None = None) -> bytes | None:
+        """One local chunk object (``None``: it does not exist); one stored in more
+        bytes than any codec takes for ``nbytes`` decoded bytes is refused unread."""
         try:
             with open(os.path.join(self.path, key), "rb") as f:
-                if limit is not None and os.fstat(f.fileno()).st_size > limit:
-                    size = os.fstat(f.fileno()).st_size
-                    raise ValueError(f"{size} bytes stored, more than any codec stores a chunk in")
+                if nbytes is not None and os.fstat(f.fileno()).st_size > stored_limit(nbytes):
+                    raise TooLarge(nbytes, stored=os.fstat(f.fileno()).st_size)
                 return f.read()
         except FileNotFoundError:
             return None
