@@ -202,3 +202,64 @@ def test_a_zlib_bomb_in_a_netcdf4_file_is_one_line_within_memory(tmp_path):
     assert line.endswith(
         "bomb.nc: variable t2m: chunk object t2m/1.0.0 inflates past its declared 2097152 bytes"
     ), line
+
+
+def _edit_zarray(store, name: str, **changes) -> None:
+    """Change ``name``'s zarr 2 metadata, in its ``.zarray`` and the consolidated copy."""
+    import json
+
+    path = store / name / ".zarray"
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    path.write_text(json.dumps(meta))
+    consolidated = store / ".zmetadata"
+    if consolidated.exists():
+        whole = json.loads(consolidated.read_text())
+        whole["metadata"][f"{name}/.zarray"].update(changes)
+        consolidated.write_text(json.dumps(whole))
+
+
+def _level_store(path) -> None:
+    values = np.random.default_rng(2).random((24, 6, 10), dtype="f4")
+    ds = xr.Dataset(
+        {"t2m": (("time", "level", "x"), values)},
+        coords={"time": pd.date_range("2020-01-01", periods=24, freq="h"), "level": np.arange(6)},
+    )
+    ds.to_zarr(path, zarr_format=2, encoding={"t2m": {"chunks": (24, 6, 10)}}, consolidated=True)
+
+
+def test_a_shape_of_a_trillion_is_refused_in_one_line_before_any_chunk_key(tmp_path):
+    """Issue 33, case 5: main listed ~1.4e11 chunk keys, then an unexpected
+    MemoryError and its 32-line traceback."""
+    store = tmp_path / "huge.zarr"
+    _level_store(store)
+    _edit_zarray(store, "t2m", shape=[24, 6, 10**12])
+    line = _one_line(_run_limited(["compute", str(store), "--output", str(tmp_path / "o.nc")]))
+    assert "huge.zarr: variable t2m: declared shape (24, 6, 1000000000000) of float32" in line
+    assert "more than the 2 GiB of memory this process has" in line, line
+
+
+def test_chunks_or_a_coordinate_larger_than_memory_are_refused_in_one_line(tmp_path):
+    store = tmp_path / "chunk.zarr"
+    _level_store(store)
+    _edit_zarray(store, "t2m", chunks=[24, 6, 10**11])  # main: "cannot reshape"
+    line = _one_line(_run_limited(["compute", str(store), "--output", str(tmp_path / "o.nc")]))
+    assert "variable t2m: declared shape (24, 6, 10) of float32: chunks (24, 6, 100000000000)" in (
+        line
+    )
+    store = tmp_path / "coord.zarr"
+    _level_store(store)
+    _edit_zarray(store, "level", shape=[10**12])  # loaded whole by xarray as it opens the store
+    _edit_zarray(store, "t2m", shape=[24, 10**12, 10])
+    line = _one_line(_run_limited(["compute", str(store), "--output", str(tmp_path / "o.nc")]))
+    assert "coord.zarr: variable level: declared shape (1000000000000,) of int64" in line, line
+
+
+def test_an_anemoi_dataset_of_a_trillion_cells_is_refused_in_one_line(tmp_path):
+    from test_anemoi import make_dataset
+
+    store = tmp_path / "an.zarr"
+    make_dataset(store)
+    _edit_zarray(store, "data", shape=[23, 3, 2, 10**12])
+    line = _one_line(_run_limited(["compute", str(store), "--output", str(tmp_path / "o.nc")]))
+    assert "an.zarr: variable data: declared shape (23, 3, 2, 1000000000000) of float32" in line

@@ -37,6 +37,7 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
 from wxstats.storage.decompress import TooLarge
+from wxstats.storage.sizes import check_chunks, check_slab
 
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
@@ -190,8 +191,27 @@ class ChunkReader:
 
     def _array(self, name: str) -> ChunkedArray:
         if name not in self._arrays:
-            self._arrays[name] = self._describe(name)
+            arr = self._describe(name)
+            if arr.codec is not None:  # one decoded chunk per thread, before any is read
+                where = f"{self.path}: variable {name}"
+                check_chunks(where, arr.shape, arr.chunks, arr.dtype.itemsize, arr.dtype,
+                             self.threads)  # fmt: skip
+            self._arrays[name] = arr
         return self._arrays[name]
+
+    def _check(self, req: SlabRequest) -> None:
+        """Refuse a request whose slab or chunk objects exceed what memory holds
+        (declared sizes are someone else's metadata: :mod:`.sizes`)."""
+        arr = self._array(req.name)
+        check_slab(
+            f"{self.path}: variable {req.name}",
+            arr.shape,
+            arr.chunks if arr.codec is not None else None,
+            arr.dtype.itemsize,
+            arr.dtype,
+            req.order[0],
+            req.stop - req.start,
+        )
 
     def fill_value(self, name: str) -> Any:
         """What a missing chunk of ``name`` would read as."""
@@ -203,6 +223,7 @@ class ChunkReader:
         the read of a block whose read-ahead asked for it first."""
         plan = self._plans.get(req)
         if plan is None:
+            self._check(req)
             if len(self._plans) >= PLANS_KEPT:
                 self._plans.clear()
             plan = self._plans[req] = list(self._plan(req))
@@ -268,6 +289,8 @@ class ChunkReader:
     def read(self, reqs: list[SlabRequest]) -> dict[str, np.ndarray]:
         """The raw slabs of ``reqs`` (one block), keyed by variable name."""
         out, tasks = {}, []
+        for req in reqs:
+            self._check(req)
         for req in reqs:
             arr = self._array(req.name)
             codec = arr.codec
