@@ -22,8 +22,9 @@ from typing import Any
 
 from wxstats.core.errors import InputError
 
-MAX_CHUNKS_PER_BLOCK = 10_000_000
-"""Chunk objects one block may read (a block's plan holds one entry per chunk)."""
+MAX_CHUNKS_PER_BLOCK = 1_000_000
+"""Chunk objects one block may read: its plan holds ~750 bytes per chunk (a
+chunk grid of a million per time step is no real dataset's)."""
 
 
 def memory_bytes() -> int:
