@@ -58,7 +58,7 @@ class ChunkCodec:
     """How the bytes of one chunk object become values: decompress (within the
     chunk's declared size, :mod:`.decompress`), then view."""
 
-    decompress: Callable[[Any, int], Any] | None  # (data, declared bytes); None: uncompressed
+    bounded_decode: Callable[[Any, int], Any] | None  # (data, declared bytes); None: raw
     dtype: np.dtype  # with the stored byte order
 
 
@@ -406,7 +406,7 @@ class ChunkReader:
                 )
             return None
         try:
-            raw = codec.decompress(data, nbytes) if codec.decompress else data
+            raw = codec.bounded_decode(data, nbytes) if codec.bounded_decode else data
         except TooLarge as exc:  # a decompression bomb, or metadata that lies
             raise InputError(f"{where}: chunk object {key} {exc}") from None
         except Exception as exc:  # corrupt or truncated objects
