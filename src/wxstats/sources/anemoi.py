@@ -38,7 +38,7 @@ from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import TimeBlock, chunks_per_step, plan_blocks, shared_steps
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
-from wxstats.storage.chunks import PLAN_BYTES_PER_CHUNK, SlabRequest
+from wxstats.storage.chunks import SlabRequest
 from wxstats.storage.sizes import check_slab
 from wxstats.storage.zarrchunks import ZarrChunkReader
 
@@ -176,16 +176,15 @@ class AnemoiSource:
         self.deltas = {k: span_name(k * self.step_seconds) for k in self.diff_steps}
         self.n_grid = n_ens * n_cells
         self.dtype = np.dtype(self.data.dtype)
+        per_step = n_vars * self.n_grid * self.dtype.itemsize
         chunk = int(self.data.chunks[0])
-        per_step = n_vars * self.n_grid * self.dtype.itemsize + int(
-            chunks_per_step(self.data.shape, self.data.chunks, 0) * PLAN_BYTES_PER_CHUNK + 0.5
-        )  # values, and the chunk plan's memory
         self.blocks: list[TimeBlock] = plan_blocks(
             [Split(SPLIT, self.start, self.stop, self.window_label)],
             [range(0, n_dates, chunk)],
             per_step,
             block_bytes,
             self.diff_steps[-1],
+            chunks_per_step(self.data.shape, self.data.chunks, 0),
         )
         self._chunks = ZarrChunkReader(self.path, {}, io_threads)
         fill = self.data.fill_value

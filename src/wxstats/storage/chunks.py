@@ -45,10 +45,11 @@ BLOCKS_AHEAD = 2
 """Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
 PLANS_KEPT = 64
 """Chunk plans of blocks read ahead kept for their reads (which take them)."""
-PLAN_BYTES_PER_CHUNK = 1024
-"""Memory a block's plan and tasks take per chunk object it reads (measured
-~750 bytes: its key, two tuples of slices, a task): counted in a block's budget
-with its values, so that a block of a million tiny chunks is cut into several."""
+CHUNKS_PER_BLOCK = 32_768
+"""Chunk objects a block reads at most, where its budget of bytes would allow more:
+its plan and tasks take ~750 bytes per chunk (its key, two tuples of slices, a
+task), so a block of a million tiny chunks, a few MiB of values, held ~750 MiB
+of plan; cut at this many, the plans of the blocks in flight stay ~25 MiB each."""
 SHARED_BYTES = 128 * 2**20
 """Decoded chunks kept for a neighbouring block that has not read them yet."""
 

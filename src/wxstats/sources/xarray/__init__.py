@@ -31,7 +31,7 @@ from wxstats.sources.xarray.blocks import (
     finish_slab,
     first_values,
     plan_blocks,
-    plan_bytes_per_step,
+    plan_chunks_per_step,
     read_slab,
     read_static,
     shared_steps,
@@ -159,13 +159,14 @@ class XarraySource:
             v.raw_itemsize = int(first.variables[v.name].dtype.itemsize)
         per_step = sum(
             v.n_grid * v.n_features * v.out_dtype.itemsize for v in self.vars if v.has_time
-        ) + plan_bytes_per_step(self.parts, self.vars, self.time_dim)
+        )
         self.blocks = plan_blocks(
             self.splits,
             chunk_bounds(self.parts, self.vars, self.time_dim),
             per_step,
             self.options.block_bytes,
             max(self.diff_steps),
+            plan_chunks_per_step(self.parts, self.vars, self.time_dim),
         )
         self.groups = time_groups(self.options.by, self.times, self.path, self.splits)
         self.weight_field = None

@@ -22,7 +22,7 @@ from wxstats.core.errors import InputError, first_line
 from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
 from wxstats.sources.xarray.timeaxis import Part, Split
-from wxstats.storage.chunks import PLAN_BYTES_PER_CHUNK
+from wxstats.storage.chunks import CHUNKS_PER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,7 @@ def chunk_bounds(
 
 def chunks_per_step(shape: Sequence[int], chunks: Sequence[int], axis: int) -> float:
     """Chunk objects one index along ``axis`` of an array reads (a chunk of ``c``
-    steps counts ``1/c`` for each): with :data:`.chunks.PLAN_BYTES_PER_CHUNK`, what
-    a block's plan costs per step."""
+    steps counts ``1/c`` for each)."""
     out = 1.0 / max(1, int(chunks[axis]))
     for d, (n, c) in enumerate(zip(shape, chunks, strict=True)):
         if d != axis:
@@ -76,10 +75,10 @@ def chunks_per_step(shape: Sequence[int], chunks: Sequence[int], axis: int) -> f
     return out
 
 
-def plan_bytes_per_step(parts: list[Part], variables: list[Variable], time_dim: str) -> int:
-    """Memory a time step costs a block's chunk plan: the chunk objects of every
-    variable with time that is read chunk by chunk (a storage chunking in its
-    encoding), times :data:`.chunks.PLAN_BYTES_PER_CHUNK`."""
+def plan_chunks_per_step(parts: list[Part], variables: list[Variable], time_dim: str) -> float:
+    """Chunk objects a time step of every variable with time reads chunk by chunk
+    (a storage chunking in its encoding): with :data:`.chunks.CHUNKS_PER_BLOCK`,
+    how many steps a block's plan may hold."""
     total = 0.0
     for v in variables:
         var = parts[0].ds.variables[v.name]
@@ -89,7 +88,7 @@ def plan_bytes_per_step(parts: list[Part], variables: list[Variable], time_dim: 
             continue
         if len(chunks) == var.ndim:
             total += chunks_per_step(var.shape, chunks, var.dims.index(time_dim))
-    return int(total * PLAN_BYTES_PER_CHUNK + 0.5)
+    return total
 
 
 def _inside(bounds: Iterable[Sequence[int]], a: int, b: int) -> Iterator[int]:
@@ -109,9 +108,11 @@ def plan_blocks(
     bytes_per_step: int,
     budget: int,
     reach: int,
+    chunks_per_step: float = 0.0,
 ) -> list[TimeBlock]:
     """Blocks of whole chunks covering the splits, each within ``budget`` bytes
-    (or one chunk), with a halo of ``reach`` steps inside the splits. ``bounds``:
+    and :data:`.chunks.CHUNKS_PER_BLOCK` chunk objects (``chunks_per_step`` each)
+    or one chunk, with a halo of ``reach`` steps inside the splits. ``bounds``:
     where chunks start, as sorted sequences (:func:`chunk_bounds`) or a set."""
     budget = max(1, int(budget))
     if isinstance(bounds, (set, frozenset)):
@@ -127,7 +128,8 @@ def plan_blocks(
         points = itertools.chain(_inside(bounds, a, b), [b])
         start, cut = a, next(points)
         for nxt in points:  # a block grows while the next chunk fits its budget
-            if (nxt - start) * bytes_per_step > budget:
+            steps = nxt - start
+            if steps * bytes_per_step > budget or steps * chunks_per_step > CHUNKS_PER_BLOCK:
                 spans.append((start, cut))
                 start = cut
             cut = nxt
