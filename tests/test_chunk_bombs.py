@@ -263,3 +263,47 @@ def test_an_anemoi_dataset_of_a_trillion_cells_is_refused_in_one_line(tmp_path):
     _edit_zarray(store, "data", shape=[23, 3, 2, 10**12])
     line = _one_line(_run_limited(["compute", str(store), "--output", str(tmp_path / "o.nc")]))
     assert "an.zarr: variable data: declared shape (23, 3, 2, 1000000000000) of float32" in line
+
+
+def test_planning_memory_does_not_grow_with_the_number_of_chunks():
+    """Chunk boundaries along time are ranges, never a set of every boundary: two
+    million chunks plan in the memory of a few (main: a set of 2e6 ints, ~100 MiB)."""
+    import tracemalloc
+
+    from wxstats.sources.xarray.blocks import plan_blocks
+    from wxstats.sources.xarray.timeaxis import Split
+    from wxstats.storage.chunks import CHUNKS_PER_BLOCK
+
+    n = 2_000_000
+    tracemalloc.start()
+    blocks = plan_blocks([Split("train", 0, n, "all")], [range(0, n, 1)], 16, 2**40, 1, 1.0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(blocks) == -(-n // CHUNKS_PER_BLOCK)  # cut by chunk objects, not bytes
+    assert peak < 8 * 2**20 + len(blocks) * 512, peak
+
+
+def test_a_blocks_plan_is_cut_at_its_chunk_count_and_taken_by_its_read(tmp_path, monkeypatch):
+    """Blocks of tiny chunks hold at most CHUNKS_PER_BLOCK chunk objects, and the
+    reader keeps no plan of a block once read (main kept 256 blocks' plans)."""
+    import wxstats.sources.xarray.blocks as blocks
+
+    monkeypatch.setattr(blocks, "CHUNKS_PER_BLOCK", 40)
+    values = np.random.default_rng(3).random((30, 20), dtype="f4")
+    ds = xr.Dataset(
+        {"t2m": (("time", "x"), values)},
+        coords={"time": pd.date_range("2020-01-01", periods=30, freq="6h")},
+    )
+    store = tmp_path / "tiny.zarr"
+    ds.to_zarr(store, zarr_format=2, encoding={"t2m": {"chunks": (1, 2)}}, consolidated=True)
+    from wxstats.runtime.run import compute, compute_source
+    from wxstats.sources.xarray import XarrayOptions, XarraySource
+
+    source = XarraySource(str(store), XarrayOptions(io_threads=2))
+    assert [b.stop - b.start for b in source.blocks] == [4] * 7 + [2]  # 10 chunks a step
+    got = compute_source(source, threads=2).streams["t2m__train"]
+    assert source._chunks._plans == {}  # every plan made for a read-ahead was taken
+    want = values.astype(np.float64)
+    np.testing.assert_allclose(got.mean, [want.mean()], rtol=1e-12)
+    whole = compute(str(store)).streams["t2m__train"]
+    np.testing.assert_array_equal(got.std, whole.std)
