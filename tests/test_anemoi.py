@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from small_disk import fill, small_fs, tree  # noqa: F401 - small_fs: a fixture
 
 from wxstats.cli import main
 from wxstats.core.errors import WxstatsError
@@ -265,7 +266,7 @@ def test_failed_write_leaves_the_dataset_as_it_was(dataset, monkeypatch):
 
     options = ComputeOptions(dataset=path, write_into=True, period="2020-01-02/")
     source = open_source(options)
-    with pytest.raises(WxstatsError, match="left as it was.*No space left"):
+    with pytest.raises(WxstatsError, match="left as it was.*no space left on"):
         write_outputs(source, compute_source(source), options)
     monkeypatch.undo()
     after = {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
@@ -436,3 +437,82 @@ def test_tendencies_are_named_by_their_span(dataset, tmp_path, capsys):
     assert main(["compute", str(path), "--write-into", "--diff-steps", "1,2,4", "--quiet"]) == 0
     state = read_stats(path).state
     assert [state.diff_label(k) for k in (1, 2, 4)] == ["diff 6h", "diff 12h", "diff 1d"]
+
+
+@pytest.mark.parametrize("kill", [1, 5, 16, "commit"])
+def test_a_write_into_killed_between_renames_is_refused_then_repaired(
+    dataset, tmp_path, capsys, kill
+):
+    """SIGKILL after some of the renames of a second --write-into (each array moved
+    aside and the new one in, then the attributes and the consolidated metadata), or
+    at the commit point: report refuses the dataset in one line; the repair gives back
+    the previous statistics byte for byte (or, every rename done, the new ones); the
+    next --write-into repairs and writes the reference."""
+    import subprocess
+
+    from rename_faults import killing_env
+    from rename_faults import wxstats as wxstats_cmd
+
+    path, data = dataset
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1", "--quiet"]) == 0
+    zarr.consolidate_metadata(str(path))
+    before = {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    args = ["compute", str(path), "--write-into", "--diff-steps", "1", "--period", "2020-01-02/"]
+    killed = subprocess.run(
+        wxstats_cmd(*args, "--quiet"),
+        env=killing_env(tmp_path, path, kill),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert (path / ".wxstats-replacing.json").is_file()
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "write into this store was interrupted" in err[0], err
+    from wxstats.io.zarrstore import locked_store
+
+    copy = tmp_path / "repaired.zarr"
+    shutil.copytree(path, copy)
+    with pytest.warns(UserWarning, match="interrupted between renames"), locked_store(copy):
+        pass
+    after = {str(p.relative_to(copy)): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    lo, hi = 4, 23  # 2020-01-02T00 to the last date
+    if kill == "commit":
+        assert_matches(stored(copy), reference(data, lo, hi))
+    else:
+        assert after == before
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "interrupted between renames" in err, err
+    assert_matches(stored(path), reference(data, lo, hi))
+    assert_matches(stored(path), reference(data, lo, hi, 1), "statistics_tendencies_6h_")
+    assert not [p.name for p in path.iterdir() if p.name.startswith(".wxstats")]
+    consolidated = zarr.open_group(str(path), mode="r", use_consolidated=True)
+    np.testing.assert_array_equal(consolidated["stdev"][:], stored(path)["stdev"])
+
+
+def test_a_full_disk_leaves_the_dataset_exactly_as_it_was(tmp_path, small_fs, capsys):  # noqa: F811
+    """The dataset on a small tmpfs, filled at several points of the write: each
+    failure is one line naming the full disk and leaves every file as it was."""
+    path = small_fs / "an.zarr"
+    data = make_dataset(path)
+    assert main(["compute", str(path), "--write-into", "--diff-steps", "1", "--quiet"]) == 0
+    before = tree(path)
+    args = ["compute", str(path), "--write-into", "--diff-steps", "1,2", "--quiet"]
+    failures = 0
+    for leave_pages in range(0, 200, 3):
+        filler = fill(small_fs, leave_pages)
+        code = main(args)
+        err = capsys.readouterr().err
+        filler.unlink()
+        if code == 0:
+            break
+        failures += 1
+        assert tree(path) == before, f"{leave_pages} pages free: {err}"
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"no space left on tmpfs (mounted at {small_fs})" in err, err
+    else:
+        pytest.fail("the write never fitted in the filesystem")
+    assert failures >= 2
+    assert_matches(stored(path), reference(data, 0, 18, 2), "statistics_tendencies_12h_")

@@ -462,3 +462,126 @@ def test_the_decompression_checker_sees_planted_calls(tmp_path):
     )
     found = _decompressions(bad)
     assert sorted({int(hit.split(":")[0]) for hit in found}) == [2, 6, 7, 8, 9, 10, 11, 14], found
+
+
+# -- bytes others may have written go through the guarded readers ------------------
+
+UNTRUSTED_READERS = "wxstats.core.untrusted"
+"""The one module that may call the readers below (files others may write): JSON with
+size and depth limits, YAML by ``safe_load`` in one line, ``torch.load(weights_only=True)``,
+``np.load(allow_pickle=False)``."""
+UNGUARDED_CALLS = {
+    ("json", "load"),
+    ("json", "loads"),
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("pickle", "Unpickler"),
+    ("torch", "load"),
+    ("np", "load"),
+    ("numpy", "load"),
+    ("yaml", "load"),
+    ("yaml", "safe_load"),
+    ("yaml", "full_load"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "load_all"),
+    ("yaml", "safe_load_all"),
+    # decompression (zlib/codec decode bounded by the declared chunk size): its pairs
+    # and their own allow-list go here, beside these
+}
+"""(module, function) pairs that parse bytes and must not see a file's bytes
+unguarded; an alias (``import json as j``) or ``from json import loads`` counts."""
+RESTRICTED_UNPICKLERS = {
+    # find_class admits only a tensor's rebuild, its storage classes and OrderedDict (what
+    # torch.load(weights_only=True) admits for a 1-D tensor); anything else is refused
+    ("wxstats.io.formats.ptfile", "pickle.Unpickler"),
+}
+"""Subclasses of ``pickle.Unpickler`` that read a file's pickle with a closed list
+of what it may name: reviewed, named here."""
+OWN_ROUND_TRIPS = {
+    # json.loads(json.dumps(x)) of our own objects in memory, never a file's bytes: allowed
+    # only in these modules and only with a json.dumps(...) call as the argument
+    ("wxstats.runtime.identity", "json.loads"),
+    ("wxstats.runtime.checkpoint", "json.loads"),
+}
+
+
+def _unguarded_calls(tree: ast.AST) -> list[tuple[int, str]]:
+    """Calls in ``tree`` of an ``UNGUARDED_CALLS`` function (by line, as
+    ``module.function``), through any import alias; a ``json.loads(json.dumps(...))``
+    round trip is named ``json.loads`` of ``json.dumps``."""
+    names: dict[str, str] = {}  # a local name -> the module it is
+    functions: dict[str, str] = {}  # a local name -> "module.function"
+    modules = {m for m, _ in UNGUARDED_CALLS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in modules:
+                    names[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module in modules:
+            for a in node.names:
+                if (node.module, a.name) in UNGUARDED_CALLS:
+                    functions[a.asname or a.name] = f"{node.module}.{a.name}"
+    canonical = {"numpy": "np"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):  # class X(pickle.Unpickler): a reader of its own
+            for base in node.bases:
+                if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+                    module = names.get(base.value.id)
+                    if module is not None and (module, base.attr) in UNGUARDED_CALLS:
+                        found.append((node.lineno, f"{module}.{base.attr}"))
+                elif isinstance(base, ast.Name) and base.id in functions:
+                    found.append((node.lineno, functions[base.id]))
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name):
+            module = names.get(f.value.id, f.value.id if f.value.id in modules else None)
+            if module is not None and (module, f.attr) in UNGUARDED_CALLS:
+                call = f"{canonical.get(module, module)}.{f.attr}"
+                dumped = node.args and ast.unparse(node.args[0]).startswith(f"{f.value.id}.dumps(")
+                found.append((node.lineno, f"{call} of json.dumps" if dumped else call))
+        elif isinstance(f, ast.Name) and f.id in functions:
+            found.append((node.lineno, functions[f.id]))
+    return found
+
+
+def test_untrusted_bytes_are_read_only_through_the_guarded_readers():
+    """No module but :mod:`wxstats.core.untrusted` calls ``json.load(s)``,
+    ``pickle.load(s)``, ``torch.load`` or ``np.load``: a summary, a manifest, a
+    journal, a ``.pt`` or a ``.npy`` someone else wrote is read with its size and
+    depth limits, without running code, and refused in one line. A JSON round
+    trip of our own objects in memory is named in ``OWN_ROUND_TRIPS``."""
+    assert UNTRUSTED_READERS in MODULES
+    wrong = []
+    for module, path in MODULES.items():
+        if module == UNTRUSTED_READERS:
+            continue
+        for line, call in _unguarded_calls(ast.parse(path.read_text(), str(path))):
+            round_trip = call.endswith(" of json.dumps") and (
+                (module, call.removesuffix(" of json.dumps")) in OWN_ROUND_TRIPS
+            )
+            if not round_trip and (module, call) not in RESTRICTED_UNPICKLERS:
+                wrong.append(f"{path.relative_to(PACKAGE)}:{line}: {call}")
+    assert not wrong, "readers of untrusted bytes outside core/untrusted.py:\n" + "\n".join(wrong)
+
+
+def test_the_reader_checker_sees_planted_calls():
+    """Each way of calling an unguarded reader is found (so the test above can fail)."""
+    planted = ast.parse(
+        "import json\nimport numpy as np\nimport pickle as p\nfrom json import loads as L\n"
+        "import torch\n"
+        "def f(x):\n    json.loads(x)\n    np.load(x)\n    p.loads(x)\n    L(x)\n"
+        "    torch.load(x, weights_only=True)\n    json.dumps(x)\n    np.save(x, x)\n"
+        "    json.loads(json.dumps(x))\n"
+        "class U(p.Unpickler):\n    pass\n"
+    )
+    assert sorted(_unguarded_calls(planted)) == [
+        (7, "json.loads"),
+        (8, "np.load"),
+        (9, "pickle.loads"),
+        (10, "json.loads"),
+        (11, "torch.load"),
+        (14, "json.loads of json.dumps"),
+        (15, "pickle.Unpickler"),
+    ]

@@ -3,6 +3,7 @@ on failure, and file modes a shared cluster expects."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -203,3 +204,234 @@ def test_a_commit_writes_the_values_over_the_template_and_renames(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["a.txt"]  # no temporary left
     prepared.discard()  # after the commit: nothing to remove
     assert out.read_text() == "values"
+
+
+# -- a journal is data from a folder others may write: confined, or refused ---------------------
+
+TAG = "0123456789abcdef0123456789abcdef"
+JOURNAL_GLOB = ".wxstats-replacing-*.json"
+
+
+def _victims(tmp_path):
+    """A stand-in for ~/.bashrc, a file in another folder, and a planted file in ``out``."""
+    home, elsewhere, out = tmp_path / "home", tmp_path / "elsewhere", tmp_path / "out"
+    for folder in (home, elsewhere, out):
+        folder.mkdir()
+    (home / ".bashrc").write_text("the user's shell")
+    (elsewhere / "keep.txt").write_text("someone's data")
+    (out / "planted.txt").write_text("echo pwned")
+    return home / ".bashrc", elsewhere / "keep.txt", out
+
+
+def _everything(tmp_path):
+    """Every file under ``tmp_path`` (links as their target's name), to see nothing moved."""
+    return {
+        str(p.relative_to(tmp_path)): (os.readlink(p) if p.is_symlink() else p.read_bytes())
+        for p in sorted(tmp_path.rglob("*"))
+        if p.is_file() or p.is_symlink()
+    }
+
+
+def _hostile(kind, tmp_path, bashrc, keep, out):
+    """A journal planted in ``out`` (its path), of kind ``kind``."""
+    journal = out / f".wxstats-replacing-{TAG}.json"
+    v2 = {"wxstats_journal": 2, "tag": TAG, "folders": []}
+    docs = {
+        # what wxstats wrote before: absolute paths, obeyed as they came
+        "absolute": {
+            "files": [[str(bashrc), str(out / "planted.txt"), None], [str(keep), "x.tmp", None]],
+            "journals": [str(journal)],
+        },
+        "absolute names": {**v2, "files": [[str(bashrc), ".x.abcdefgh.tmp", None]]},
+        "parent names": {**v2, "files": [["../home/.bashrc", "../out/planted.txt", None]]},
+        "temp not ours": {**v2, "files": [["a.pt", "planted.txt", None]]},
+        "link not ours": {**v2, "files": [["a.pt", ".a.pt.abcdefgh.tmp", "planted.txt"]]},
+        "other tag": {**v2, "tag": "f" * 32, "files": []},
+        "other folder": {**v2, "files": [], "folders": ["../elsewhere"]},
+    }
+    if kind == "deep":
+        journal.write_text("[" * 200_000)
+    elif kind == "symlink":
+        target = tmp_path / "elsewhere" / "journal.json"
+        target.write_text(json.dumps({**v2, "files": [["a.pt", ".a.pt.abcdefgh.tmp", None]]}))
+        journal.symlink_to(target)
+    elif kind == "hard link":
+        journal.write_text(json.dumps({**v2, "files": [["a.pt", ".a.pt.abcdefgh.tmp", None]]}))
+        os.link(journal, tmp_path / "elsewhere" / "second-name")
+    elif kind == "other folder":
+        # a journal of the same name there, but not naming this folder back
+        journal.write_text(json.dumps(docs[kind]))
+        theirs = tmp_path / "elsewhere" / journal.name
+        theirs.write_text(
+            json.dumps({**v2, "files": [["keep.txt", ".keep.txt.abcdefgh.tmp", None]]})
+        )
+    else:
+        journal.write_text(json.dumps(docs[kind]))
+    return journal
+
+
+HOSTILE = [
+    "absolute", "absolute names", "parent names", "temp not ours", "link not ours",
+    "other tag", "other folder", "deep", "symlink", "hard link",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_planted_journal_is_refused_and_nothing_is_touched(tmp_path, kind):
+    """Before: a journal naming absolute paths moved the planted file over ~/.bashrc and
+    removed a file of another folder. Now a journal names files of its own folder by
+    wxstats' own patterns, or it is refused in one line, naming it and why."""
+    bashrc, keep, out = _victims(tmp_path)
+    journal = _hostile(kind, tmp_path, bashrc, keep, out)
+    before = _everything(tmp_path)
+    with pytest.raises(WxstatsError, match="not honoured") as refused:
+        atomic.check_writable([out / "a.pt", out / "b.pt"], overwrite=True)
+    assert str(journal) in str(refused.value) and "\n" not in str(refused.value)
+    assert _everything(tmp_path) == before  # nothing moved, removed or created
+    assert bashrc.read_text() == "the user's shell" and keep.is_file()
+
+
+def test_the_cli_refuses_a_planted_journal_in_one_line(tmp_path, capsys):
+    from gridded_data import gridded, write_zarr
+
+    from wxstats.cli import main
+
+    (tmp_path / "w").mkdir()
+    bashrc, keep, out = _victims(tmp_path / "w")
+    _hostile("absolute", tmp_path / "w", bashrc, keep, out)
+    ds, _ = gridded(n_time=6)
+    write_zarr(ds[["t2m"]], tmp_path / "g.zarr")
+    before = _everything(tmp_path / "w")
+    args = ["compute", str(tmp_path / "g.zarr"), "--output", str(out / "s.nc")]
+    assert main([*args, "--summary", str(out / "s.json"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not honoured" in err[0] and ".wxstats-replacing-" in err[0], err
+    assert _everything(tmp_path / "w") == before
+    assert bashrc.read_text() == "the user's shell" and keep.read_text() == "someone's data"
+
+
+def _killed_mid_set(static, killed_after=3):
+    cmd = [sys.executable, "-c", _KILLER, str(static), str(killed_after), *SET]
+    done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    (journal,) = static.glob(JOURNAL_GLOB)
+    return journal
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="ownership is POSIX's")
+def test_a_journal_not_owned_by_the_user_is_refused(tmp_path):
+    """Owned means st_uid == the effective uid, root included (root may read every
+    file, but a journal another user made is still that user's instruction)."""
+    static = tmp_path / "static"
+    old = _old_set(static)
+    journal = _killed_mid_set(static)
+    (static / ".wxstats-outputs.lock").unlink()  # the killed run's lock (the kernel let go of it)
+    mixed = _contents(static)
+    try:
+        os.chown(journal, 65534, -1)
+    except PermissionError:
+        pytest.skip("cannot give a file to another uid here (not root)")
+    with pytest.raises(WxstatsError, match=r"not honoured, it is owned by uid 65534, not by you"):
+        atomic.check_writable([static / n for n in SET], overwrite=True)
+    assert _contents(static) == mixed  # nothing put back, nothing removed
+    os.chown(journal, os.geteuid(), -1)  # the user's own: honoured
+    with pytest.warns(UserWarning, match="put the previous files back"):
+        atomic.check_writable([static / n for n in SET], overwrite=True)
+    assert _contents(static) == old
+
+
+_KILLER_TWO_FOLDERS = """
+import os, signal, sys
+from pathlib import Path
+from wxstats.io import atomic
+a, b, after = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+real, moved = os.replace, []
+def replace(src, dst):
+    real(src, dst)
+    if not Path(dst).name.startswith("."):
+        moved.append(dst)
+        if len(moved) == after:
+            os.kill(os.getpid(), signal.SIGKILL)
+atomic.os.replace = replace
+outputs = [a / "x.pt", a / "y.pt", b / "s.json", b / "t.json"]
+atomic.write_all({p: (lambda q, p=p: q.write_text("new " + p.name)) for p in outputs}, True)
+"""
+
+
+@pytest.mark.parametrize("killed_after", [1, 3])
+@pytest.mark.parametrize("recovered_from", ["a", "b"])
+def test_a_set_over_two_folders_comes_back_whole_from_either(
+    tmp_path, killed_after, recovered_from
+):
+    """Each folder's journal names its own files and the other folder; the set comes
+    back whole in both folders, whichever folder's next write finds it."""
+    a, b = tmp_path / "static", tmp_path / "summary"
+    a.mkdir(), b.mkdir()
+    for p in (a / "x.pt", a / "y.pt", b / "s.json", b / "t.json"):
+        p.write_text("old " + p.name)
+    old = {**_contents(a), **_contents(b)}
+    cmd = [sys.executable, "-c", _KILLER_TWO_FOLDERS, str(a), str(b), str(killed_after)]
+    done = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    journals = [*a.glob(JOURNAL_GLOB), *b.glob(JOURNAL_GLOB)]
+    assert len(journals) == 2
+    doc = json.loads(journals[0].read_text())
+    assert all("/" not in name for entry in doc["files"] for name in entry if name)
+    # the next write of a set into either folder puts it back, in both
+    outputs = [a / "x.pt", a / "y.pt"] if recovered_from == "a" else [b / "s.json", b / "t.json"]
+    with pytest.warns(UserWarning, match="put the previous files back"):
+        atomic.check_writable(outputs, overwrite=True)
+    assert {**_contents(a), **_contents(b)} == old  # both folders, nothing else left
+
+
+def test_temporary_files_a_killed_run_left_are_removed_by_the_next(tmp_path):
+    """Only wxstats' own names for these outputs, only regular files of the user."""
+    out, outside = tmp_path / "out", tmp_path / "outside.txt"
+    outside.write_text("keep")
+    code = (
+        "import os, signal, sys\nfrom pathlib import Path\nfrom wxstats.io import atomic\n"
+        "out = Path(sys.argv[1])\n"
+        "atomic.prepare_all({out / 'a.nc': lambda p: p.write_text('t'), out / 'b.json': None},"
+        " overwrite=False)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(out)], env=env(), timeout=120)
+    assert done.returncode == -9
+    left = sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp"))
+    assert len(left) == 2  # and the folder's lock, which the next run removes
+    (out / ".a.nc.zzzzzzzz.tmp").symlink_to(outside)  # not a regular file
+    (out / ".other.txt.abcdefgh.tmp").write_text("another program's")  # not our output
+    (out / "a.nc.tmp").write_text("not our pattern")
+    foreign = out / ".b.json.yyyyyyyy.tmp"
+    foreign.write_text("another user's")
+    try:
+        os.chown(foreign, 65534, -1)
+    except PermissionError:
+        foreign.unlink()
+    atomic.write_all({out / "a.nc": _text("a"), out / "b.json": _text("b")}, overwrite=False)
+    kept = {".a.nc.zzzzzzzz.tmp", ".other.txt.abcdefgh.tmp", "a.nc.tmp", "a.nc", "b.json"}
+    if foreign.exists():
+        kept.add(foreign.name)
+    assert {p.name for p in out.iterdir()} == kept
+    assert outside.read_text() == "keep"
+
+
+def test_a_live_runs_temporary_files_are_not_taken_for_a_dead_ones(tmp_path):
+    """A run writing into the folder holds its lock: the next one leaves its files."""
+    out = tmp_path / "out"
+    first = atomic.prepare_all({out / "a.nc": _text("template")}, overwrite=False)
+    second = atomic.prepare_all({out / "a.nc": _text("template")}, overwrite=False)
+    assert all(t.exists() for t in [*first.temps.values(), *second.temps.values()])
+    first.commit({out / "a.nc": _text("first")})
+    assert (out / "a.nc").read_text() == "first"
+    second.discard()
+    assert sorted(p.name for p in out.iterdir()) == ["a.nc"]
+
+
+def test_a_planted_lock_link_is_refused(tmp_path):
+    out, outside = tmp_path / "out", tmp_path / "outside.txt"
+    out.mkdir()
+    outside.write_text("keep")
+    (out / ".wxstats-outputs.lock").symlink_to(outside)
+    with pytest.raises(WxstatsError, match="symbolic link"):
+        atomic.write_all({out / "a.nc": _text("a")}, overwrite=False)
+    assert outside.read_text() == "keep" and not (out / "a.nc").exists()

@@ -118,3 +118,43 @@ def test_graphcast_folder_is_read_back_and_compared(tmp_path, capsys):
     with xr.open_dataset(out / "diffs_stddev_by_level.nc") as diffs:
         assert diffs.attrs["diff_span"] == "2h" and diffs.attrs["diff_step"] == 2
     assert state.diff_span == {2: 7200}
+
+
+def test_graphcast_folder_with_a_static_field_is_read_back(tmp_path, capsys):
+    """docs/graphcast.md's example names ``land_sea_mask``: the diffs file has no
+    static (GraphCast divides only its targets' residuals by it), and ``report``,
+    ``compare`` and ``wxstats.read`` read the folder, the static as a ``static``
+    stream without differences, equal to a float64 reference."""
+    import wxstats
+
+    ds = _era5_like(tmp_path / "era5.zarr")
+    out, summary = tmp_path / "stats", tmp_path / "s.json"
+    args = ["compute", str(tmp_path / "era5.zarr"), "--format", "graphcast", "--output-dir"]
+    names = ["--variables", "geopotential,2m_temperature,land_sea_mask", "--diff-steps", "1"]
+    assert main([*args, str(out), "--summary", str(summary), *names, "--quiet"]) == 0
+    with xr.open_dataset(out / "diffs_stddev_by_level.nc") as diffs:
+        assert "land_sea_mask" not in diffs.data_vars
+    stats = wxstats.read(out)
+    assert set(stats.streams) == {"state", "static"}
+    static = stats.streams["static"]
+    assert static.features == ["land_sea_mask"] and static.category == "static"
+    assert not static.diff
+    lsm = ds["land_sea_mask"].values.astype(np.float64)
+    assert_close(static.mean, [lsm.mean()], 1e-12, "static mean")
+    assert_close(static.std, [lsm.std()], 1e-12, "static std")
+    assert_close(static.minimum, [lsm.min()], 0, "static min")
+    t2m = ds["2m_temperature"].values.astype(np.float64)
+    state = stats.streams["state"]
+    assert state.features[-1] == "2m_temperature"
+    assert_close(state.diff[1].std[-1:], [(t2m[1:] - t2m[:-1]).std()], 1e-12, "t2m diff")
+    capsys.readouterr()
+    assert main(["report", str(out), "-o", str(tmp_path / "report")]) == 0
+    assert main(["compare", str(out), str(summary), "--rtol", "1e-15"]) == 0
+    text = capsys.readouterr().out
+    assert "static: only in" not in text and "same within rtol" in text
+    # a variable with time missing from the diffs file is still refused in mean/stddev
+    with xr.open_dataset(out / "stddev_by_level.nc") as std:
+        std.load().drop_vars("land_sea_mask").to_netcdf(tmp_path / "std.nc")
+    (tmp_path / "std.nc").replace(out / "stddev_by_level.nc")
+    assert main(["report", str(out), "-o", str(tmp_path / "report")]) == 2
+    assert "stddev_by_level.nc: no land_sea_mask" in capsys.readouterr().err

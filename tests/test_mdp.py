@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from gridded_data import assert_stream_matches, gridded, mdp_store, reference, write_zarr
+from small_disk import fill, small_fs, tree  # noqa: F401 - small_fs: a fixture
 
 from reference import assert_close
 from wxstats.cli import main
@@ -186,7 +187,7 @@ def test_failed_write_keeps_the_old_values(store_copy, monkeypatch):
     from wxstats.runtime.run import compute_source
 
     stats = compute_source(source)
-    with pytest.raises(WxstatsError, match="left as it was.*old values kept.*No space left"):
+    with pytest.raises(WxstatsError, match="left as it was.*old values kept.*no space left on"):
         write_outputs(source, stats, ComputeOptions(write_into=True))
     assert len(calls) == 5  # two chunks moved in, the third failed, the two put back
     assert _files(path) == before
@@ -203,10 +204,13 @@ def test_store_with_other_statistics_shape_is_refused_before_work(store_copy):
         prepare_outputs(source, ComputeOptions(write_into=True)).discard()
 
 
-def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store):
+def test_write_into_needs_an_mllam_store_and_step_1(tmp_path, store, capsys):
     ds, _ = gridded(n_time=6)
     write_zarr(ds[["t2m"]], tmp_path / "g.zarr")
     assert main(["compute", str(tmp_path / "g.zarr"), "--write-into"]) == 2
+    # both kinds of data --write-into writes into are named, not only mllam-data-prep's
+    err = capsys.readouterr().err.strip()
+    assert "for mllam-data-prep zarr stores and anemoi datasets" in err, err
     path, _ = store
     assert main(["compute", str(path), "--write-into", "--diff-steps", "3"]) == 2
 
@@ -329,63 +333,28 @@ def test_a_min_std_the_store_cannot_hold_is_refused_before_reading(store_copy, c
 # -- a full disk: a small tmpfs mounted for the test -------------------------------------------
 
 
-@pytest.fixture
-def small_fs(tmp_path):
-    """A 4 MiB tmpfs (needs root and mount rights; skipped with the reason otherwise)."""
-    import subprocess
-
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    cmd = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except OSError as exc:
-        pytest.skip(f"cannot mount a small tmpfs to fill (mount: {exc})")
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill: {done.stderr.strip() or done.returncode}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
-
-
-def _tree(path: Path) -> dict[str, bytes | None]:
-    """Every file's bytes and every folder (None): a leftover empty folder counts."""
-    return {
-        str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in path.rglob("*")
-    }
-
-
-def _fill(folder: Path, leave_pages: int) -> Path:
-    """A file taking all the free space of ``folder``'s filesystem but ``leave_pages`` 4 KiB."""
-    st = os.statvfs(folder)
-    filler = folder / "filler"
-    with open(filler, "wb") as f:
-        f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave_pages * 4096))
-    return filler
-
-
-def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys):
+def test_a_full_disk_leaves_the_store_exactly_as_it_was(store, small_fs, capsys):  # noqa: F811
     """The disk fills at every point of the write in turn (a little more room each
     time): each failure leaves every file and folder of the store as it was; then
     with room the same command works."""
     src, truth = store
     path = small_fs / "danra.zarr"
     shutil.copytree(src, path)
-    before = _tree(path)
+    before = tree(path)
     # train replaces the store's statistics, val adds new variables
     args = ["compute", str(path), "--write-into", "--split", "train", "--split", "val", "--quiet"]
     failures = 0
     for leave_pages in range(0, 600, 2):
-        filler = _fill(small_fs, leave_pages)
+        filler = fill(small_fs, leave_pages)
         code = main(args)
         err = capsys.readouterr().err
         filler.unlink()
         if code == 0:
             break
         failures += 1
-        assert _tree(path) == before, f"{leave_pages} pages free: {err}"
-        assert code == 2 and err.count("\n") == 1 and "No space left on device" in err, err
+        assert tree(path) == before, f"{leave_pages} pages free: {err}"
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"no space left on tmpfs (mounted at {small_fs})" in err, err  # the disk named
         assert f"{path}: writing the statistics failed, the store was left as it was" in err
         xr.open_zarr(path, consolidated=False).close()  # opens (it raised KeyError before)
     else:
@@ -419,3 +388,80 @@ def test_write_into_adds_variables_to_a_zarr3_store(store, tmp_path, consolidate
             assert got["state__val__mean"].dims == ("state_feature",)
             # an existing variable's zarr.json (and the consolidated copy) records the run
             assert got["state__train__mean"].attrs["statistics_splits"].startswith("train=")
+
+
+# -- a write killed between two renames: refused by every reader, repaired by the next -------
+
+
+def _assert_reference_values(path: Path, truth: dict) -> None:
+    """What neural-lam reads equals the float64 two-pass reference (rounded to float32)."""
+    with xr.open_zarr(path, consolidated=True) as ds:
+        for split, (a, b) in (("train", TRAIN), ("val", VAL)):
+            ref = reference(truth["state"], a, b, (1,))
+            assert_close(ds[f"state__{split}__mean"].values, ref["mean"], 6e-8, f"{split} mean")
+            assert_close(ds[f"state__{split}__std"].values, ref["std"], 6e-8, f"{split} std")
+            got = ds[f"state__{split}__diff_std"].values
+            assert_close(got, ref["diff"][1]["std"], 6e-8, f"{split} diff std")
+
+
+def _one_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("wxstats: error:"), err
+    return err[0]
+
+
+@pytest.mark.parametrize("kill", [1, 3, 25, "commit"])
+def test_a_write_into_killed_between_renames_is_refused_then_repaired(
+    store_copy, tmp_path, capsys, monkeypatch, kill
+):
+    """SIGKILL after some of the ~30 renames (train's statistics replaced, val's added)
+    or at the commit point: report, compute, compare and wxstats.read refuse the store
+    in one line; the repair gives back the previous store byte for byte (or, every
+    rename done, the new one); the next --write-into repairs and writes the reference."""
+    import subprocess
+
+    from rename_faults import killing_env
+    from rename_faults import wxstats as wxstats_cmd
+
+    import wxstats
+
+    path, truth = store_copy
+    monkeypatch.chdir(tmp_path)  # report's figure and page go here
+    before = _files(path)
+    args = ["compute", str(path), "--write-into", "--split", "train", "--split", "val", "--quiet"]
+    killed = subprocess.run(
+        wxstats_cmd(*args),
+        env=killing_env(tmp_path, path, kill),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert (path / ".wxstats-replacing.json").is_file() and _files(path) != before  # a mix, marked
+    for command in (
+        ["report", str(path), "--split", "train"],
+        ["compute", str(path), "--quiet", "--output", str(tmp_path / "s.nc")],
+        ["compare", str(path), str(path)],
+    ):
+        assert main(command) == 2
+        assert "a wxstats write into this store was interrupted" in _one_error(capsys)
+    with pytest.raises(WxstatsError, match="write into this store was interrupted"):
+        wxstats.read(path)
+    # the repair alone, on a copy: the previous store, or every rename done: the new one
+    from wxstats.io.zarrstore import locked_store
+
+    copy = tmp_path / "repaired.zarr"
+    shutil.copytree(path, copy)
+    with pytest.warns(UserWarning, match="interrupted between renames"), locked_store(copy):
+        pass
+    if kill == "commit":
+        _assert_reference_values(copy, truth)
+    else:
+        assert _files(copy) == before
+    # the next --write-into repairs first (one warning line), then writes
+    assert main(args[:-1]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "interrupted between renames" in err, err
+    _assert_reference_values(path, truth)
+    assert not [p.name for p in path.iterdir() if p.name.startswith(".wxstats")]
+    assert main(["report", str(path), "--split", "train"]) == 0

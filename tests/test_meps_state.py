@@ -155,6 +155,18 @@ def test_update_writes_the_datastores_static_files_by_default(stores, meps_small
     assert State.read(str(state)).samples == tuple(names(meps_small))
 
 
+def test_update_names_the_datastore_it_read(stores, meps_small, tmp_path):
+    """The statistics file and the grown state of an update name the datastore
+    updated from (as a compute over it would), not the state's first one."""
+    root, *_ = stores
+    bigger = datastore(meps_small, tmp_path / "bigger")
+    state = tmp_path / "s.wxstate"
+    assert main(["update", str(root / "a.wxstate"), str(bigger), "--state", str(state), *Q]) == 0
+    with xr.open_dataset(bigger.parent / "static" / NETCDF_NAME) as ds:
+        assert ds.attrs["source_datastore_config"] == str(bigger.resolve())
+    assert State.read(str(state)).attrs["datastore_config"] == str(bigger.resolve())
+
+
 def test_overlapping_samples_are_refused(stores, meps_small, tmp_path, capsys):
     root, full, a, _ = stores
     third = tmp_path / "third"

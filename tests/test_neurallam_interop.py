@@ -21,6 +21,7 @@ import torch
 
 from reference import meps_reference
 from wxstats.cli import main
+from wxstats.io.formats.ptfile import tensor_values
 from wxstats.tools.example import ExampleSpec, write_example
 
 NEURALLAM_PYTHON = os.environ.get("WXSTATS_NEURALLAM_PYTHON")
@@ -126,6 +127,8 @@ def test_neural_lam_script_agrees_within_its_float32_error(tiny_meps, tmp_path):
         scale = np.maximum(np.abs(expected), 1e-12)
         mine = torch.load(tiny_meps.parent / "static" / name, weights_only=True).double().numpy()
         theirs = torch.load(copy / "static" / name, weights_only=True).double().numpy()
+        # neural-lam's own files read without torch (report and compare of a base install)
+        assert tensor_values((copy / "static" / name).read_bytes()).tobytes() == theirs.tobytes()
         err_mine = np.abs(mine - expected) / scale
         err_theirs = np.abs(theirs - expected) / scale
         rows.append((name, err_mine.max(), err_theirs.max(), int(err_theirs.argmax())))
@@ -135,6 +138,8 @@ def test_neural_lam_script_agrees_within_its_float32_error(tiny_meps, tmp_path):
         assert err_theirs.max() <= 1e-2, (name, err_theirs.max())
     flux_mine = torch.load(tiny_meps.parent / "static" / "flux_stats.pt").double().numpy()
     flux_theirs = torch.load(copy / "static" / "flux_stats.pt").double().numpy()
+    flux_read = tensor_values((copy / "static" / "flux_stats.pt").read_bytes())
+    assert flux_read.tobytes() == flux_theirs.tobytes()
     flux_ref = np.array(ref["flux"][1:])
     assert np.all(np.abs(flux_mine - flux_ref) / flux_ref <= 1.2e-7)
     assert np.all(np.abs(flux_theirs - flux_ref) / flux_ref <= 1e-2)

@@ -218,3 +218,33 @@ def test_a_folder_of_several_statistics_sets_names_each_to_choose(outputs, tmp_p
     makani = read_stats(both / "global_means.npy")
     assert makani.state.mean.tolist() == [7.0, 7.0, 7.0]
     _check_state(read_stats(both / "parameter_mean.pt").state, ref, 2e-7, "chosen .pt")
+
+
+@pytest.mark.parametrize("fmt", ["graphcast", "makani", "ace", "aurora"])
+def test_a_set_of_one_split_is_named_by_its_split(fmt, tmp_path):
+    """``wxstats.read(folder).to_xarray()`` names the statistics of a makani, ACE,
+    Aurora or GraphCast folder by the split the folder records (``state__train__mean``,
+    not ``state____mean``), the values those of the split (a float64 reference);
+    a split given must be the one recorded."""
+    from gridded_data import gridded, write_zarr
+
+    import wxstats
+    from wxstats.cli import main
+
+    ds, truth = gridded(n_time=30)
+    write_zarr(ds, tmp_path / "g.zarr")
+    out = tmp_path / fmt
+    args = ["compute", str(tmp_path / "g.zarr"), "--format", fmt, "--output-dir", str(out)]
+    split = ["--split", "first=2021-01-01T00/2021-01-01T19", "--variables", "t2m,msl"]
+    split += ["--weights", "none"] if fmt == "makani" else []  # its default: coslat
+
+    assert main([*args, *split, "--diff-steps", "1", "--quiet"]) == 0
+    for given in (None, "first"):
+        view = wxstats.read(out, split=given).to_xarray()
+        assert "state__first__mean" in view.data_vars, sorted(view.data_vars)
+        assert not [name for name in view.data_vars if "____" in name]
+        mean = view["state__first__mean"].values
+        expected = [truth[v][:20].mean() for v in ("t2m", "msl")]
+        assert_close(mean, expected, 1e-6 if fmt == "makani" else 1e-12, f"{fmt} mean")
+    with pytest.raises(InputError, match="no statistics for split 'train'"):
+        wxstats.read(out, split="train")

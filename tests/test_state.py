@@ -575,3 +575,22 @@ def test_merge_refuses_times_between_the_steps_of_another_state(data, tmp_path, 
         capsys, tmp_path, [*merge, "--output", str(tmp_path / "m.nc")],
         "shifted.wxstate", "not on the time steps", "a.wxstate",
     )  # fmt: skip
+
+
+def test_update_only_new_in_place_as_docs_growing_shows(data, tmp_path, capsys):
+    """docs/growing.md's store appended in place: ``compute --state run.wxstate``
+    writes ``run.stats.nc``; a later ``update run.wxstate STORE --only-new``
+    without ``--state`` would replace it while the state stays behind: refused
+    naming the command that grows both, which then gives the full run's bytes
+    and a state that updates again."""
+    root, _ = data
+    run, stats = tmp_path / "run.wxstate", tmp_path / "run.stats.nc"
+    assert main(["compute", str(root / "a.zarr"), "--state", str(run), *STEPS]) == 0
+    assert stats.is_file()  # beside the state, named after it
+    update = ["update", str(run), str(root / "full.zarr"), "--only-new", "--quiet"]
+    assert main(update) == 2
+    err = capsys.readouterr().err
+    assert f"--state {run} --overwrite" in err and "output exists" in err, err
+    assert main([*update, "--state", str(run), "--overwrite"]) == 0
+    assert values(stats) == values(root / "full.nc")
+    assert State.read(str(run)).times.n == 50

@@ -19,12 +19,15 @@ from wxstats.runtime.options import ComputeOptions
 
 def run_compute(options: ComputeOptions) -> int:
     from wxstats.parallel import launch
-    from wxstats.parallel.devices import check_local_devices
+    from wxstats.parallel.devices import check_local_devices, require_torch
     from wxstats.parallel.job import Job, Solo
     from wxstats.runtime.identity import refuse_other_rank
     from wxstats.runtime.run import default_threads, execute
 
     found = launch.detect_launch()
+    ranks = _needs_ranks(options, found)
+    if ranks:
+        require_torch(ranks)
     if options.nproc:
         if found is not None and found.world_size > 1:
             raise WxstatsError(
@@ -62,6 +65,19 @@ def run_compute(options: ComputeOptions) -> int:
             written = outcome.written
             print(f"wrote {plural(len(written), 'file')}: " + ", ".join(str(p) for p in written))
     return outcome.code
+
+
+def _needs_ranks(options: ComputeOptions, found: object) -> str | None:
+    """What in this command needs ranks, in words (None: one process, no torch)."""
+    if options.nproc:
+        return f"--nproc {options.nproc}"
+    if found is not None:
+        return f"a {found.launcher} rank"
+    if options.device == "cuda":
+        return "--device cuda"
+    if options.backend != "auto":
+        return f"--backend {options.backend}"
+    return None
 
 
 def run_example(args: argparse.Namespace) -> int:

@@ -9,12 +9,12 @@ that cannot be right is refused here, by argparse, before anything is read.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import parse_json
 from wxstats.runtime.options import ComputeOptions
 
 
@@ -244,7 +244,7 @@ def storage_option(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
     try:
-        return key.strip(), json.loads(value)
+        return key.strip(), parse_json(value, text)
     except ValueError:
         return key.strip(), value
 
@@ -291,7 +291,8 @@ def add_parallel_arguments(p: argparse.ArgumentParser) -> None:
         "--nproc",
         type=positive_int,
         metavar="N",
-        help="start N ranks on this machine (PyTorch Distributed); the results are identical. "
+        help="start N ranks on this machine (PyTorch Distributed: the torch extra); the results "
+        "are identical. "
         "On one machine threads (--threads) are faster (each rank pays the start-up): use "
         "ranks across machines (torchrun, srun) or one per GPU",
     )

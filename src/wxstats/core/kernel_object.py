@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.kernel_sources import sources_digest
+from wxstats.core.untrusted import parse_json
 
 _N_ARGS = 14
 _FUNCTIONS: dict[str, Callable[..., None]] = {}
@@ -217,7 +218,7 @@ def _link(blob: bytes) -> int:
 
     head, newline, code = blob.partition(b"\n")
     try:
-        header = json.loads(head)
+        header = parse_json(head, "its header")
         symbol, undefined, digest = header["symbol"], header["undefined"], header["sha256"]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"not a stored kernel: {e}") from None

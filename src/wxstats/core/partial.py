@@ -29,6 +29,7 @@ import numpy as np
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.stats import Stats, StreamSpec
+from wxstats.core.untrusted import parse_json
 
 Span = tuple[int, int]
 Edges = dict[str, np.ndarray]
@@ -144,7 +145,7 @@ class Coverage:
     def from_json(data: Any) -> Coverage:
         """Refuses (ValueError) what is not a mapping of series to disjoint ranges."""
         if isinstance(data, str):
-            data = json.loads(data)
+            data = parse_json(data, "coverage")
         if not isinstance(data, dict):
             raise ValueError("not a mapping of series to ranges")
         pieces = []

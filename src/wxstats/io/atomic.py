@@ -6,16 +6,11 @@ file behind; an existing result is replaced only when the caller allows it.
 
 A set of several files (neural-lam's ``parameter_*.pt``, ``diff_*.pt``...) is
 renamed one file at a time, so a set needs more than renames to be all or
-nothing. Before the first rename every file being replaced gets a hard link
-(``.NAME.wxstats-old``) and each folder a journal
-(``.wxstats-replacing-*.json``) naming the set; both go once all are in
-place. A rename that fails puts the previous set back at once. A process
-killed between two renames leaves the journal: the next write into that
-folder (:func:`recover_interrupted`, from :func:`check_writable`) keeps the
-new set if every file had been moved, and otherwise puts the previous one
-back; readers of wxstats (:func:`interrupted_write`) refuse the folder until
-then. Programs that do not know the journal (neural-lam) may see a mixed set
-in that window.
+nothing: before the first rename every file being replaced gets a hard link
+and each folder a journal (:mod:`wxstats.io.journal`); both go once all are
+in place. A rename that fails puts the previous set back at once; a process
+killed between two renames leaves the journal, and the next write of a set
+into that folder puts one whole set back first (:func:`check_writable`).
 
 Outputs are prepared before the data is read (:func:`prepare_all`): each
 temporary file is made in its final folder and written once from a template of
@@ -28,6 +23,16 @@ every folder the run created. A full disk is named as such (``no space left
 on ...``), whatever the library that hit it says (HDF5 reports one as an
 ``HDF error`` or even ``Permission denied``).
 
+A run holds each output folder's lock (:mod:`wxstats.io.locks`) shared from
+its preparation to the end of its commit. Putting a set back and removing
+what a killed run left need it exclusive, tried without waiting: the
+temporary files of these outputs (``.NAME.XXXXXXXX.tmp``), their links
+(``.NAME.wxstats-old``) and a journal's own temporary file, where they are
+regular files owned by the user, are removed only when no other run writes
+into that folder (a live run's files are never taken for a dead one's; when
+one is writing, they stay for a later run). A journal met while another run
+holds the lock may be that run's own: a set is then refused in one line.
+
 File modes are what a user of a shared cluster expects: a new file gets
 ``0666 & ~umask`` (``mkstemp`` alone would make every output 0600, unreadable to
 the colleagues whose training jobs load a group-shared ``static/``), and a file
@@ -37,19 +42,25 @@ being replaced keeps its own mode.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import stat
 import tempfile
-import uuid
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
 from wxstats.io.disk import NO_SPACE, disk_is_full, no_space
+from wxstats.io.journal import (
+    Entry,
+    fsync_dir,
+    keep_previous,
+    put_back,
+    recover_locked,
+    remove_stale,
+    write_journals,
+)
+from wxstats.io.locks import FolderLock
 
 Writer = Callable[[Path], None]
 """Writes one output to the temporary path it is given."""
@@ -61,7 +72,7 @@ def check_writable(paths: list[Path], overwrite: bool) -> list[Path]:
     (a failed run removes them)."""
     if len(paths) > 1:
         for folder in sorted({p.parent for p in paths}):
-            recover_interrupted(folder)
+            recover_locked(folder)
     folders = [str(p) for p in paths if p.is_dir()]
     if folders:  # --overwrite would fail only at the end, after the whole run
         raise WxstatsError(
@@ -131,112 +142,6 @@ def output_mode(final: Path) -> int:
         return 0o666 & ~current_umask()
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-JOURNAL_GLOB = ".wxstats-replacing-*.json"
-Entry = tuple[Path, Path, Path | None]
-"""(final path, its temporary file, the hard link keeping the file it replaces)."""
-
-
-def _backup(final: Path) -> Path | None:
-    """A hard link (a copy where links fail) to the file ``final`` replaces."""
-    if not final.exists():
-        return None
-    backup = final.with_name(f".{final.name}.wxstats-old")
-    backup.unlink(missing_ok=True)
-    try:
-        os.link(final, backup)
-    except OSError:
-        shutil.copy2(final, backup)
-    return backup
-
-
-def _write_journals(entries: list[Entry], written: list[Path]) -> None:
-    """One journal per folder of the set, each naming the whole set; durable
-    before the first rename. ``written`` gets each as it is made (to remove)."""
-    tag = uuid.uuid4().hex
-    folders = sorted({final.parent for final, _, _ in entries})
-    journals = [folder / f".wxstats-replacing-{tag}.json" for folder in folders]
-    text = json.dumps(
-        {
-            "files": [[str(f), str(t), str(b) if b else None] for f, t, b in entries],
-            "journals": [str(j) for j in journals],
-        },
-        indent=1,
-    )
-    for journal in journals:
-        temp = journal.with_name(f"{journal.name}.tmp")
-        try:
-            temp.write_text(text)
-            fsync_file(temp)
-            os.replace(temp, journal)
-        finally:
-            temp.unlink(missing_ok=True)
-        written.append(journal)
-        _fsync_dir(journal.parent)
-
-
-def _put_back(moved: list[Entry]) -> None:
-    """Undo renames: the previous file back from its link, a new file removed."""
-    for final, _, backup in reversed(moved):
-        if backup is not None:
-            os.replace(backup, final)
-        else:
-            final.unlink(missing_ok=True)
-
-
-def recover_interrupted(folder: Path) -> None:
-    """Finish a replacement of a set that a killed process left (see module
-    docstring): the new set if every file was moved, else the previous one."""
-    for journal in sorted(folder.glob(JOURNAL_GLOB)) if folder.is_dir() else []:
-        try:
-            doc = json.loads(journal.read_text())
-            entries = [(Path(f), Path(t), Path(b) if b else None) for f, t, b in doc["files"]]
-            journals = [Path(j) for j in doc["journals"]]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise WxstatsError(
-                f"{journal}: unreadable journal of an interrupted write; check the files of "
-                "that folder and remove it"
-            ) from None
-        complete = not any(temp.exists() for _, temp, _ in entries)
-        if not complete:
-            _put_back([e for e in entries if not e[1].exists()])
-        for _, temp, backup in entries:
-            temp.unlink(missing_ok=True)
-            if backup is not None:
-                backup.unlink(missing_ok=True)
-        for other in journals:
-            other.unlink(missing_ok=True)
-        names = ", ".join(final.name for final, _, _ in entries)
-        warnings.warn(
-            f"{folder}: an earlier write of {names} was interrupted between renames; "
-            + (
-                "all new files were in place and are kept"
-                if complete
-                else "put the previous files back"
-            ),
-            UserWarning,
-            stacklevel=2,
-        )
-
-
-def interrupted_write(folder: Path) -> Path | None:
-    """The journal of an interrupted replacement in ``folder``, if any: its
-    files may be a mix of the new set and the previous one."""
-    return next(iter(sorted(folder.glob(JOURNAL_GLOB))), None) if folder.is_dir() else None
-
-
 def _write(writer: Writer, temp: Path, final: Path) -> None:
     """Run ``writer`` into ``temp``; a failure is one line naming ``final``
     (a full disk as such)."""
@@ -261,30 +166,49 @@ class Prepared:
     """Folders made for these outputs (deepest first): a failed run removes them."""
     committed: bool = False
     """Every output renamed into place."""
+    locks: list[FolderLock] = field(default_factory=list)
+    """The output folders' locks, held shared until the commit ends (module docstring)."""
+    held: list[Callable[[], None]] = field(default_factory=list)
+    """What else the run holds until it ends (a store's lock), each given back by
+    :meth:`discard`, after a commit too."""
 
-    def discard(self) -> None:
-        """Remove the temporary files and the folders made for them (nothing
-        after a commit: the outputs are in place)."""
-        if self.committed:
-            return
+    def _unlock(self) -> None:
+        while self.locks:
+            self.locks.pop().release()
+
+    def _remove(self) -> None:
         for temp in self.temps.values():
             temp.unlink(missing_ok=True)
         self.temps = {}
+        self._unlock()  # its file goes before the folders made for it
         remove_folders(self.created)
+
+    def discard(self) -> None:
+        """Remove the temporary files and the folders made for them (nothing
+        after a commit: the outputs are in place), and give back what the run
+        held."""
+        if not self.committed:
+            self._remove()
+        self._unlock()
+        while self.held:
+            self.held.pop()()
 
     def commit(
         self, writers: dict[Path, Writer], before_renames: Callable[[], None] | None = None
     ) -> None:
         """Write every output over its template, then rename the set into
         place all or nothing (``before_renames``: a last call before the first
-        rename). A failure discards everything this run made."""
+        rename). A failure removes everything this run made."""
         try:
             self._commit(writers, before_renames)
         finally:
             for final, temp in self.temps.items():
                 if final not in writers:  # prepared, but nothing to write after all
                     temp.unlink(missing_ok=True)
-            self.discard()
+            if self.committed:
+                self._unlock()
+            else:
+                self._remove()
 
     def _commit(self, writers: dict[Path, Writer], before_renames) -> None:
         entries: list[Entry] = []
@@ -298,9 +222,9 @@ class Prepared:
                 fsync_file(temps[final])
             several = len(temps) > 1
             for final, temp in temps.items():  # a loop: links made before a failure go
-                entries.append((final, temp, _backup(final) if several else None))
+                entries.append((final, temp, keep_previous(final) if several else None))
             if several:
-                _write_journals(entries, journals)
+                write_journals(entries, journals)
             if before_renames is not None:
                 before_renames()
             for entry in entries:
@@ -308,11 +232,11 @@ class Prepared:
                 moved.append(entry)
             self.committed = True
             for folder in {p.parent for p in temps}:
-                _fsync_dir(folder)
+                fsync_dir(folder)
         except BaseException as exc:
             self.committed = False
             try:
-                _put_back(moved)
+                put_back(moved)
             except OSError:  # everything stays for the next write to put the set back
                 self.temps, self.created, entries, journals = {}, [], [], []
                 raise WxstatsError(
@@ -339,6 +263,12 @@ def prepare_all(outputs: dict[Path, Writer | None], overwrite: bool) -> Prepared
     behind if any fails."""
     prepared = Prepared(created=check_writable(list(outputs), overwrite))
     try:
+        for folder in sorted({final.parent for final in outputs}):
+            lock = FolderLock(folder)
+            prepared.locks.append(lock)
+            if lock.try_exclusive():  # no other run writes here: what is left is a dead one's
+                remove_stale(folder, [final.name for final in outputs if final.parent == folder])
+            lock.shared()
         for final, template in outputs.items():
             try:
                 fd, name = tempfile.mkstemp(

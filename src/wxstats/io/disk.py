@@ -36,12 +36,17 @@ def _mount_of(path: Path) -> tuple[str, str]:
     return "?", "/"
 
 
+def full_disk(where: Path) -> str:
+    """``no space left on DEVICE (mounted at MOUNT)`` for the filesystem of ``where``."""
+    device, mount = _mount_of(where)
+    return f"no space left on {device} (mounted at {mount})"
+
+
 def no_space(where: Path) -> WxstatsError:
     """The one line a full disk (or quota) gets, naming its device and mount point."""
-    device, mount = _mount_of(where)
     return WxstatsError(
-        f"{where}: no space left on {device} (mounted at {mount}); free some space or "
-        "write elsewhere. Nothing was written or replaced"
+        f"{where}: {full_disk(where)}; free some space or write elsewhere. Nothing was "
+        "written or replaced"
     )
 
 

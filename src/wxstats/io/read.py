@@ -22,7 +22,6 @@ from pathlib import Path
 
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats
-from wxstats.io.atomic import interrupted_write
 from wxstats.io.formats.ace import is_ace, read_ace
 from wxstats.io.formats.anemoi import is_anemoi_statistics, read_anemoi_stats
 from wxstats.io.formats.aurora import FILE as AURORA_FILE
@@ -32,6 +31,8 @@ from wxstats.io.formats.makani import is_makani, read_makani
 from wxstats.io.formats.netcdf import read_stats_file
 from wxstats.io.formats.neurallam import is_neurallam_static, read_neurallam_static
 from wxstats.io.formats.summary import read_summary
+from wxstats.io.journal import interrupted_write
+from wxstats.io.storemarker import refuse_interrupted
 
 NETCDF_NAME = "wxstats_stats.nc"
 """The float64 statistics file a MEPS run writes beside neural-lam's files."""
@@ -43,8 +44,9 @@ def _is_zarr(path: Path) -> bool:
     )
 
 
-FOLDER_SETS: dict[str, tuple[str, Callable[[Path], bool], Callable[[Path], Stats]]] = {
-    "neural-lam": ("parameter_mean.pt", is_neurallam_static, read_neurallam_static),
+FOLDER_SETS: dict[str, tuple[str, Callable[[Path], bool], Callable[[Path, str | None], Stats]]] = {
+    # a static/ folder records no split (a .pt set of the datastore's own): read as before
+    "neural-lam": ("parameter_mean.pt", is_neurallam_static, lambda f, _: read_neurallam_static(f)),
     "makani": ("global_means.npy", is_makani, read_makani),
     "GraphCast": ("mean_by_level.nc", is_graphcast, read_graphcast),
     "ACE": ("centering.nc", is_ace, read_ace),
@@ -83,6 +85,8 @@ def read_stats(path: str | Path, split: str | None = None, exact: bool = False) 
                 "they may be a mix of new and previous ones; rerun the wxstats command that "
                 "writes them (it first puts a consistent set back)"
             )
+    if path.is_dir():  # a store a write was interrupted in (io/storemarker.py)
+        refuse_interrupted(path)
     chosen = [n for n, (marker, _, _) in FOLDER_SETS.items() if path.name == marker]
     if path.is_file() and chosen:
         return _read_set(path.parent, chosen[0], split, exact)
@@ -120,4 +124,4 @@ def read_stats(path: str | Path, split: str | None = None, exact: bool = False) 
 def _read_set(folder: Path, name: str, split: str | None, exact: bool) -> Stats:
     if exact and name == "neural-lam" and (folder / NETCDF_NAME).exists():
         return read_stats_file(folder / NETCDF_NAME, split)
-    return FOLDER_SETS[name][2](folder)
+    return FOLDER_SETS[name][2](folder, split)

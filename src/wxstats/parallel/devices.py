@@ -47,3 +47,27 @@ def check_local_devices(backend: str, device: str, nproc: int) -> None:
     only an explicit CUDA or NCCL can fail)."""
     if device == "cuda" or backend == "nccl":
         resolve_backend(backend, device, Launch("nproc", 0, nproc, 0, nproc, "127.0.0.1", 0))
+
+
+TORCH_EXTRA = "pip install 'wxstats[torch]'"
+"""What installs the ranks' library: torch is an extra, the base install computes
+everything in one process with threads (on a machine without a GPU, PyTorch's
+CPU build first: README)."""
+
+
+def require_torch(what: str) -> None:
+    """Refuse ``what`` (``--nproc 4``, ``a torchrun rank``...) in one line where torch
+    is not installed: ranks exchange their sums through ``torch.distributed``.
+    Checked by the import system's finder, without importing torch (seconds)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or half-removed install
+        found = False
+    if not found:
+        raise WxstatsError(
+            f"{what} needs PyTorch (ranks exchange their sums through torch.distributed), "
+            f"which is not installed: {TORCH_EXTRA}; without it wxstats computes in one "
+            "process with threads (--threads)"
+        )

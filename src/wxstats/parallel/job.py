@@ -27,6 +27,7 @@ import numpy as np
 
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import parse_json
 from wxstats.parallel.devices import resolve_backend
 from wxstats.parallel.launch import DEFAULT_TIMEOUT, Launch, check_master
 from wxstats.parallel.liveness import Liveness
@@ -308,7 +309,8 @@ class Job:
         """Every rank compares its run's identity with rank 0's, and none reads data
         until all have: a rank started otherwise is refused, and the others stop."""
         text = json.dumps(identity, sort_keys=True, default=str).encode()
-        theirs = json.loads(zlib.decompress(self.broadcast_bytes("identity", zlib.compress(text))))
+        sent = zlib.decompress(self.broadcast_bytes("identity", zlib.compress(text)))
+        theirs = parse_json(sent, "rank 0's run identity")
         self.refuse_other_rank(identity, theirs, self.rank)
         self.store.add("agreed", 1)
         self.monitor.wait_for("agreed", self.world_size)

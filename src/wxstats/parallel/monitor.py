@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import parse_json
 
 HEARTBEAT_S = 1.0
 """How often each rank's monitor publishes progress and checks for failures."""
@@ -157,7 +158,7 @@ class Monitor:
         """The job's first published failure, read from the store (None: none yet)."""
         if self.store.add("failures", 0) == 0:
             return None
-        first = json.loads(self.store.get("first_error"))
+        first = parse_json(self.store.get("first_error"), "first_error")
         return int(first["rank"]), str(first["message"]), int(first["code"])
 
     def publish_failure(self, rank: int, message: str, code: int) -> None:

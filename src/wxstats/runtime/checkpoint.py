@@ -36,8 +36,10 @@ from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.partial import Coverage, CoverageOverlap, Partial
+from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import write_all
 from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
+from wxstats.io.locks import LOCK_NAME
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
@@ -50,11 +52,13 @@ PART = "part-{}.wxstate"
 
 def _contents(folder: Path) -> list[str]:
     """Names in ``folder`` other than temporary files a killed write of ours
-    left (``.manifest.json.*.tmp``, ``.part-*.tmp``), sorted."""
+    left (``.manifest.json.*.tmp``, ``.part-*.tmp``) and the folder's lock
+    (:mod:`wxstats.io.locks`), sorted."""
     return sorted(
         p.name
         for p in folder.iterdir()
         if not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
+        and p.name != LOCK_NAME
     )
 
 
@@ -123,12 +127,12 @@ class Checkpoint:
         """Refuse a checkpoint of other data or other options."""
         manifest = self.directory / MANIFEST
         try:
-            old = json.loads(manifest.read_text())
+            old = read_json(manifest)
             why = "" if isinstance(old, dict) else "not a manifest"
         except OSError as exc:
             raise WxstatsError(f"{manifest}: cannot read: {exc.strerror or exc}") from None
-        except ValueError:
-            why = "not valid JSON"
+        except UntrustedInput as exc:
+            why = exc.why
         if why:
             raise WxstatsError(
                 f"{manifest}: the checkpoint is damaged ({why}); remove the folder "

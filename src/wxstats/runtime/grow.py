@@ -15,7 +15,7 @@ not in the state), and after the all-reduce join the new sums to the state's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from itertools import combinations
 from pathlib import Path
@@ -350,7 +350,10 @@ class Growth:
         if self.base is None:
             self.result = new
             return acc.extract(source.streams, source.kind)
-        self.result = combine([self.base, new], self.allow_gap, "update")
+        grown = combine([self.base, new], self.allow_gap, "update")
+        # what describes the data (a datastore's config, where its files go) is the
+        # data updated from, as a run over all of it says; the ranges joined are combine's
+        self.result = replace(grown, attrs={**grown.attrs, **new.attrs})
         return state_stats(self.result)
 
     def writers(self) -> dict[Path, Writer]:

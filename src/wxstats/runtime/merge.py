@@ -68,6 +68,7 @@ def update_options(
         return _sample_update(state, Path(base_state), dataset, **options)
     if options.get("output") is None and options.get("summary") is None:
         options["output"] = Path(options.get("state") or base_state).with_suffix(".stats.nc")
+        _refuse_the_states_own_statistics(Path(base_state), options)
     ident = state.identity
     selection = {
         # in the streams' order (the identity's is by name): the outputs' order as before
@@ -99,6 +100,19 @@ def update_options(
     return ComputeOptions(
         dataset=dataset, splits=(split,), base_state=Path(base_state), **selection, **options
     )
+
+
+def _refuse_the_states_own_statistics(base: Path, options: dict[str, Any]) -> None:
+    """An update without ``--state`` defaults to the statistics file ``compute
+    --state`` wrote beside the state: refused, like any output that exists
+    without ``--overwrite``, but saying how to grow both in place (replacing
+    that file alone would leave it describing more data than its state holds)."""
+    output = options["output"]
+    if options.get("state") is None and output.exists() and not options.get("overwrite"):
+        raise WxstatsError(
+            f"output exists: {output} (the statistics of {base}); give --state {base} "
+            "--overwrite to grow the state and its statistics in place, or --output FILE.nc"
+        )
 
 
 def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:

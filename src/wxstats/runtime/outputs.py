@@ -5,7 +5,9 @@ neural-lam datastore YAML, an anemoi dataset, else zarr/netCDF). What a run writ
 every option refused, is declared in :mod:`wxstats.runtime.targets`. Every
 output is checked and prepared before any data is read (its temporary file
 written from a template of the statistics: :func:`prepare_outputs`), and
-written all-or-nothing.
+written all-or-nothing. A store changed in place (``--write-into``) is
+locked from the preparation to the end of the run, and a write into it that
+was interrupted is repaired first; any other run refuses such a store.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 from wxstats import __version__
 from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
 from wxstats.io.atomic import Prepared, Writer, prepare_all
+from wxstats.io.storemarker import refuse_interrupted
+from wxstats.io.zarrstore import hold_store
 from wxstats.runtime.anemoi_outputs import check_missing
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.set_outputs import split_lengths
@@ -33,6 +37,8 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
     ``given``: an ``xarray.Dataset`` the caller opened, read in place of a path
     (``wxstats.compute``). Options it or the outputs cannot take are refused
     before it is opened."""
+    if given is None and not options.write_into:  # --write-into repairs it (prepare_outputs)
+        refuse_interrupted(options.dataset)
     kind = factory.kind_of(options.dataset, given)  # found once: it may open the zarr group
     refuse_options(options, capabilities_of(kind))
     weights, time_means = source_needs(options)
@@ -129,7 +135,14 @@ def prepare_outputs(source: Source, options: ComputeOptions, plan: Plan | None =
     plan = plan or plan_outputs(source, options)
     # the .pt files hold only their values, known at the end (io/formats/ptfile.py)
     templates = {p: (None if p.suffix == ".pt" else w) for p, w in plan.files.items()}
-    return prepare_all(templates, options.overwrite)
+    prepared = prepare_all(templates, options.overwrite)
+    try:  # a store changed in place: locked until the run ends, repaired first
+        for store in plan.rewritten:
+            prepared.held.append(hold_store(store))
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
 
 
 def write_outputs(
@@ -145,18 +158,23 @@ def write_outputs(
     without it), then write the stores in place; everything that can be refused
     is refused first. ``extra``: writers of files another part planned (a state).
     ``before_renames`` as :meth:`Prepared.commit`'s."""
+    own = prepared is None
     if prepared is None:
         prepared = prepare_outputs(source, options)
-    outputs: dict[Path, Writer] = {}
-    into = []
-    for target in chosen(source.capabilities, options):
-        if target.writers is not None:
-            outputs.update(target.writers(source, stats, options))
-        if target.into is not None:
-            into.append(target.into(source, stats, options))  # the values checked now
-    outputs.update(extra or {})
-    prepared.commit(outputs, before_renames)
-    written = list(outputs)
-    for write in into:
-        written += write()
-    return written
+    try:
+        outputs: dict[Path, Writer] = {}
+        into = []
+        for target in chosen(source.capabilities, options):
+            if target.writers is not None:
+                outputs.update(target.writers(source, stats, options))
+            if target.into is not None:
+                into.append(target.into(source, stats, options))  # the values checked now
+        outputs.update(extra or {})
+        prepared.commit(outputs, before_renames)
+        written = list(outputs)
+        for write in into:
+            written += write()
+        return written
+    finally:
+        if own:  # else the caller's, when its run ends
+            prepared.discard()

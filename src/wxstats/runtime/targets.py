@@ -173,6 +173,10 @@ class Target:
     """Writers of its files (None: written by another part, a state by its growth)."""
     into: Into | None = None
     """A store it writes in place after the files: checks the values, returns the write."""
+    rewrites: Callable[[Any, ComputeOptions], Path] | None = None
+    """The store it changes in place (the dataset itself): locked from the run's
+    preparation to the end of its write, an interrupted write into it repaired
+    first (:mod:`wxstats.io.zarrstore`)."""
     requires: Callable[[Capabilities], str | None] = lambda c: None
     needs: str = ""
     refuses: Mapping[str, str] = field(default_factory=dict)
@@ -390,8 +394,11 @@ TARGETS: list[Target] = [
         lambda c, o: o.write_into and not c.anemoi_statistics,
         paths=lambda s, o: [],
         into=sets.write_into_store,
+        rewrites=lambda s, o: Path(s.path),
         requires=lambda c: None if c.mdp_store else f"{c.what} is not one",
-        needs="mllam-data-prep zarr stores",
+        # the data --write-into takes at all (this row or the anemoi one below): a plain
+        # zarr's user is told both, not only the row whose requirement it failed
+        needs="mllam-data-prep zarr stores and anemoi datasets",
         refuses={
             "--weights (but none)": "an mllam-data-prep store's statistics are unweighted and "
             "cannot record a weighting; write a statistics file (--output)",
@@ -407,6 +414,7 @@ TARGETS: list[Target] = [
         lambda c, o: o.write_into and c.anemoi_statistics,
         paths=lambda s, o: [],
         into=anemoi.write_into_dataset,
+        rewrites=lambda s, o: Path(s.path),
         refuses={"--format anemoi": "a separate store (--output S.zarr): give one of them"},
         check=anemoi.check_into_dataset,
     ),
@@ -485,6 +493,8 @@ class Plan:
     stores: list[Path]
     """Stores rewritten in place after them (``--write-into``, an anemoi sidecar)."""
     targets: list[Target]
+    rewritten: list[Path] = field(default_factory=list)
+    """Stores changed in place (:attr:`Target.rewrites`)."""
 
 
 def preflight(source: Source, options: ComputeOptions, template: Stats | None = None) -> Plan:
@@ -498,6 +508,7 @@ def preflight(source: Source, options: ComputeOptions, template: Stats | None = 
     for target in targets:
         target.check(source, options)
     plan = Plan({}, [], targets)
+    plan.rewritten = [t.rewrites(source, options) for t in targets if t.rewrites is not None]
     owner: dict[Path, Path] = {}
     for target in targets:
         paths = target.paths(source, options)

@@ -27,6 +27,7 @@ from wxstats.core.conventions import MEPS_FLUX, levels_of
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.streams import StreamSpec, listed_features
+from wxstats.core.untrusted import load_yaml
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.npy import load_npy, npy_header
@@ -167,14 +168,9 @@ class MepsSource:
     # -- listing and validation -----------------------------------------
     @staticmethod
     def _read_config(path: Path) -> dict[str, Any]:
-        import yaml
-
         if not path.is_file():
             raise InputError(f"{path}: datastore config not found")
-        try:
-            config = yaml.safe_load(path.read_text())
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: not valid YAML: {exc}") from None
+        config = load_yaml(path)
         if not isinstance(config, dict):
             raise InputError(f"{path}: expected a mapping with a 'dataset' section")
         return config

@@ -101,7 +101,12 @@ def format_report(info: dict[str, Any]) -> str:
             f"gloo {'yes' if torch['gloo'] else 'no'}, nccl {'yes' if torch['nccl'] else 'no'}"
         )
     else:
-        lines.append(f"torch cannot be imported: {torch['error']}")
+        from wxstats.parallel.devices import TORCH_EXTRA
+
+        lines.append(
+            f"torch cannot be imported: {torch['error']} (one process with threads needs "
+            f"none; ranks do: {TORCH_EXTRA})"
+        )
     lines.append(f"launcher {info['launcher']}")
     kernel = info["kernel"]
     held = ", ".join(kernel.get("this_machine", [])) or "none yet (the next run compiles it)"

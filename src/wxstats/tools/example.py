@@ -225,8 +225,8 @@ def earlier_statistics(config: Path) -> Path | None:
     """The statistics an earlier ``wxstats example`` wrote beside the example's
     config, when its whole set is there (a rerun shows them rather than
     refusing to replace them, or computing the same bytes again)."""
-    from wxstats.io.atomic import interrupted_write
     from wxstats.io.formats.neurallam import NEURALLAM_FILES
+    from wxstats.io.journal import interrupted_write
     from wxstats.io.read import NETCDF_NAME
 
     static = config.parent / "static"

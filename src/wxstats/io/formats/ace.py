@@ -36,9 +36,10 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
+from wxstats.io.formats.netcdf import recorded_split
 
 FILES = {"centering.nc": "mean", "scaling-full-field.nc": "std"}
 RESIDUAL = "scaling-residual.nc"
@@ -125,10 +126,11 @@ def _scalars(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str, st
         raise InputError(f"{path}: cannot read: {exc}") from None
 
 
-def read_ace(folder: str | Path) -> Stats:
+def read_ace(folder: str | Path, split: str | None = None) -> Stats:
     """An ACE statistics folder as :class:`Stats`: one ``state`` stream, a feature per
     scalar of ``centering.nc``; the residual scaling under its step (wxstats'
-    ``residual_step``, else 1 as get_stats.py's ``diff("time")``)."""
+    ``residual_step``, else 1 as get_stats.py's ``diff("time")``); of the split the
+    files record (``split``, when given, must be it), else of ``split``."""
     folder = Path(folder)
     mean, attrs, units = _scalars(folder / "centering.nc")
     names = list(mean)
@@ -146,6 +148,9 @@ def read_ace(folder: str | Path) -> Stats:
         units=[units.get(n, "") for n in names],
         mean=np.array([mean[n] for n in names], dtype=np.float64),
         std=aligned("scaling-full-field.nc")[0],
+        layout=listed_features(
+            "state", recorded_split(attrs.get("split"), split, str(folder / "centering.nc")), names
+        ),
     )
     if (folder / RESIDUAL).is_file():
         std, residual_attrs = aligned(RESIDUAL)

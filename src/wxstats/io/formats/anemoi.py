@@ -16,11 +16,13 @@ zarr 3 writes that format), uncompressed: a few values each.
 written complete into a staging folder inside the store and flushed, then
 the old array folders are moved aside and the new ones renamed in, then the
 group attributes (and the consolidated metadata, if the store has it) are
-replaced, each in one ``os.replace``; a failure puts everything back
-(:mod:`wxstats.io.zarrstore`). The legacy ``sums``/``squares``/``count``/
-``has_nans`` arrays of older anemoi versions (also per tendency) are removed
-in the same step: anemoi 0.5.47 reads none of them, and left in place they
-would describe another window than the new mean and stdev.
+replaced, each in one ``os.replace``; a failure puts everything back, and a
+write killed between two renames is refused by readers and repaired by the
+next, under the store's lock (:mod:`wxstats.io.zarrstore`). The legacy
+``sums``/``squares``/``count``/``has_nans`` arrays of older anemoi versions
+(also per tendency) are removed in the same step: anemoi 0.5.47 reads none
+of them, and left in place they would describe another window than the new
+mean and stdev.
 
 A sidecar (:func:`write_sidecar`, ``--format anemoi --output S.zarr``) is a
 small anemoi dataset that ``open_dataset(main, statistics=S,
@@ -43,7 +45,15 @@ import numpy as np
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
-from wxstats.io.zarrstore import Undo, all_or_nothing, fsync_tree, settle_zarr
+from wxstats.core.untrusted import read_json
+from wxstats.io.zarrstore import (
+    Replacement,
+    array_names,
+    fsync_tree,
+    locked_store,
+    replacing,
+    settle_zarr,
+)
 
 OPS = {"mean": "mean", "stdev": "std", "minimum": "min", "maximum": "max"}
 """anemoi's array name -> the statistic (:meth:`StreamStats.op`)."""
@@ -135,58 +145,58 @@ def write_into_dataset(
 ) -> list[str]:
     """Replace (or add) the statistics arrays and attributes: all or nothing."""
     root = Path(root)
-    check_dataset(root)
-    removed = _stale(root, arrays)
-    tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
-    stage, aside = tmp / "new", tmp / "old"
-    undo: list[Undo] = []
-    with all_or_nothing(
-        tmp, undo, f"{root}: writing the statistics failed, the dataset was left as it was"
-    ):
-        # 1. everything that takes space, under tmp: a full disk stops here
-        _write_group(stage, arrays)
-        group_attrs = (
-            json.loads((root / ".zattrs").read_text()) if (root / ".zattrs").exists() else {}
-        )
-        group_attrs.update(attrs)
-        (tmp / "zattrs").write_text(_json(group_attrs))
-        meta = None
-        if (root / ".zmetadata").is_file():
-            meta = json.loads((root / ".zmetadata").read_text())
-            entries = meta["metadata"]
-            for name in [*removed, *arrays]:
-                for key in (f"{name}/.zarray", f"{name}/.zattrs"):
-                    entries.pop(key, None)
-            for name in arrays:
-                for file in (".zarray", ".zattrs"):
-                    entries[f"{name}/{file}"] = json.loads((stage / name / file).read_text())
-            entries[".zattrs"] = group_attrs
-            (tmp / "zmetadata").write_text(_json(meta))
-        aside.mkdir()
-        for file in (".zattrs", ".zmetadata"):
-            if (root / file).exists():
-                os.link(root / file, aside / file)
-        fsync_tree(tmp)
-        # 2. renames only, each undone if a later one fails
-        for name in [*arrays, *removed]:
-            if (root / name).exists():
-                os.rename(root / name, aside / name)
-                undo.append(("array", aside / name, root / name))
-            if name in arrays:
-                os.rename(stage / name, root / name)
-                undo.append(("array", root / name, stage / name))
-        old = aside / ".zattrs"
-        os.replace(tmp / "zattrs", root / ".zattrs")
-        undo.append(("file", root / ".zattrs", old if old.exists() else None))
-        if meta is not None:
-            os.replace(tmp / "zmetadata", root / ".zmetadata")  # last: consolidated readers
+    with locked_store(root):
+        check_dataset(root)
+        with replacing(
+            root, f"{root}: writing the statistics failed, the dataset was left as it was"
+        ) as rep:
+            _write_into(rep, arrays, attrs)
     return sorted(arrays)
+
+
+def _write_into(rep: Replacement, arrays: dict[str, np.ndarray], attrs: dict[str, Any]) -> None:
+    root, tmp = rep.root, rep.tmp
+    removed = _stale(root, arrays)
+    stage, aside = tmp / "new", tmp / "old"
+    # 1. everything that takes space, under tmp: a full disk stops here
+    _write_group(stage, arrays)
+    group_attrs = read_json(root / ".zattrs") if (root / ".zattrs").exists() else {}
+    group_attrs.update(attrs)
+    (tmp / "zattrs").write_text(_json(group_attrs))
+    meta = None
+    if (root / ".zmetadata").is_file():
+        meta = read_json(root / ".zmetadata")
+        entries = meta["metadata"]
+        for name in [*removed, *arrays]:
+            for key in (f"{name}/.zarray", f"{name}/.zattrs"):
+                entries.pop(key, None)
+        for name in arrays:
+            for file in (".zarray", ".zattrs"):
+                entries[f"{name}/{file}"] = read_json(stage / name / file)
+        entries[".zattrs"] = group_attrs
+        (tmp / "zmetadata").write_text(_json(meta))
+    aside.mkdir()
+    for file in (".zattrs", ".zmetadata"):
+        if (root / file).exists():
+            os.link(root / file, aside / file)
+    fsync_tree(tmp)
+    # 2. renames only (the store marked first), each undone if a later one fails
+    for name in [*arrays, *removed]:
+        if (root / name).exists():
+            rep.aside(root / name, aside / name)
+        if name in arrays:
+            rep.move_in(root / name, stage / name)
+    old = aside / ".zattrs"
+    rep.file(root / ".zattrs", tmp / "zattrs", old if old.exists() else None)
+    if meta is not None:  # last: consolidated readers
+        rep.file(root / ".zmetadata", tmp / "zmetadata", aside / ".zmetadata")
+    rep.apply()
 
 
 def is_sidecar(path: str | Path) -> bool:
     """A statistics store wxstats wrote (:func:`write_sidecar`)."""
     try:
-        return MARK in json.loads((Path(path) / ".zattrs").read_text())
+        return MARK in read_json(Path(path) / ".zattrs")
     except (OSError, ValueError, TypeError):
         return False
 
@@ -265,7 +275,7 @@ def read_anemoi_stats(path: str | Path) -> Stats:
     try:
         group = zarr.open_group(str(path), mode="r")
         attrs = group.attrs.asdict()
-        arrays = set(group.array_keys())
+        arrays = array_names(group)
 
         def values(name: str) -> np.ndarray:
             return np.asarray(group[name][:], dtype=np.float64)

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import Stats, StreamStats, weighting
+from wxstats.core.stats import Stats, StreamStats, listed_features, weighting
+from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.netcdf import recorded_split
 
 FILE = "aurora_normalisation.json"
 
@@ -77,16 +79,19 @@ def is_aurora(folder: Path) -> bool:
     return (folder / FILE).is_file()
 
 
-def read_aurora(folder: str | Path) -> Stats:
+def read_aurora(folder: str | Path, split: str | None = None) -> Stats:
     """An Aurora normalisation file (wxstats' or Aurora's own dicts saved as JSON)
-    as :class:`Stats`: one ``state`` stream, a feature per key."""
+    as :class:`Stats`: one ``state`` stream, a feature per key, of the split
+    ``wxstats_run`` records (``split``, when given, must be it), else of ``split``."""
     path = Path(folder) / FILE
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path)
         locations, scales = data["locations"], data["scales"]
         names = list(locations)
         mean = np.array([float(locations[n]) for n in names], dtype=np.float64)
         std = np.array([float(scales[n]) for n in names], dtype=np.float64)
+    except UntrustedInput:
+        raise
     except (OSError, ValueError, TypeError) as exc:
         raise InputError(f"{path}: cannot read: {exc}") from None
     except KeyError as exc:
@@ -96,6 +101,9 @@ def read_aurora(folder: str | Path) -> Stats:
         k: v for k, v in (record.get("source") or {}).items() if isinstance(v, (str, int, float))
     }
     stream = StreamStats(name="state", features=names, units=[""] * len(names), mean=mean, std=std)
+    stream.layout = listed_features(
+        "state", recorded_split(record.get("split"), split, str(path)), names
+    )
     return Stats(
         source_kind="aurora",
         streams={"state": stream},

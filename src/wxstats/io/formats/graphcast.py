@@ -22,9 +22,10 @@ import numpy as np
 
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
+from wxstats.io.formats.netcdf import recorded_split
 
 FILES = {"mean": "mean_by_level.nc", "std": "stddev_by_level.nc", "min": "min_by_level.nc"}
 DIFF_FILE = "diffs_stddev_by_level.nc"
@@ -92,10 +93,17 @@ def is_graphcast(folder: Path) -> bool:
     return all((folder / FILES[op]).is_file() for op in ("mean", "std"))
 
 
-def read_graphcast(folder: str | Path) -> Stats:
-    """A folder of GraphCast-style files as :class:`Stats`: one ``state`` stream whose
+def read_graphcast(folder: str | Path, split: str | None = None) -> Stats:
+    """A folder of GraphCast-style files as :class:`Stats`: a ``state`` stream whose
     features are the variables, a variable with a level dimension once per level
-    (``z_500``), in the files' order; the difference std under the files' step."""
+    (``z_500``), in the files' order; the difference std under the files' step.
+    A variable that ``diffs_stddev_by_level.nc`` leaves out is read into a
+    ``static`` stream without differences: GraphCast divides only the residuals
+    of its targets by that file, so a static field (``land_sea_mask``), which
+    has no differences, is not in it (wxstats writes none; neither need
+    another tool's files). ``mean`` and ``stddev`` must hold every variable.
+    The streams are of the split the files record (``split``, when given, must
+    be it), else of ``split``."""
     import xarray as xr
 
     folder = Path(folder)
@@ -108,33 +116,59 @@ def read_graphcast(folder: str | Path) -> Stats:
             except (OSError, ValueError) as exc:
                 raise InputError(f"{folder / name}: cannot read: {exc}") from None
     mean = loaded["mean"]
+    for var in mean.data_vars:
+        if mean[var].ndim > 1:
+            raise InputError(
+                f"{folder / FILES['mean']}: {var} has {mean[var].ndim} dimensions, not 0 or 1"
+            )
+    names = list(mean.data_vars)
+    split = recorded_split(mean.attrs.get("split"), split, str(folder / FILES["mean"]))
+    with_diffs = [v for v in names if "diff" not in loaded or v in loaded["diff"].data_vars]
+    streams = {"state": _stream("state", split, with_diffs, loaded, folder)}
+    statics = [v for v in names if v not in with_diffs]
+    if statics:
+        streams["static"] = _stream("static", split, statics, {**loaded, "diff": None}, folder)
+    if not with_diffs:
+        del streams["state"]
+    return Stats(
+        source_kind="graphcast",
+        streams=streams,
+        attrs={k: v for k, v in mean.attrs.items() if isinstance(v, (str, int, float))},
+        origin=f"{folder} (GraphCast-style)",
+    )
+
+
+def _stream(name: str, split: str, variables: list, loaded: dict, folder: Path) -> StreamStats:
+    """The stream of ``variables`` (``name``: ``state``, or ``static`` without differences)."""
+    mean = loaded["mean"]
     features: list[str] = []
     units: list[str] = []
-    for var in mean.data_vars:
+    for var in variables:
         da = mean[var]
-        if da.ndim > 1:
-            raise InputError(
-                f"{folder / FILES['mean']}: {var} has {da.ndim} dimensions, not 0 or 1"
-            )
         labels = [f"{var}_{v}" for v in np.asarray(da[da.dims[0]].values)] if da.ndim else [var]
         features += labels
         units += [str(da.attrs.get("units", ""))] * len(labels)
 
     def flat(op: str) -> np.ndarray | None:
-        if op not in loaded:
+        if loaded.get(op) is None:
             return None
-        missing = [v for v in mean.data_vars if v not in loaded[op].data_vars]
+        missing = [v for v in variables if v not in loaded[op].data_vars]
         if missing:
             raise InputError(f"{folder / FILES.get(op, DIFF_FILE)}: no {', '.join(missing)}")
         return np.concatenate(
-            [np.atleast_1d(np.asarray(loaded[op][v].values, np.float64)) for v in mean.data_vars]
+            [np.atleast_1d(np.asarray(loaded[op][v].values, np.float64)) for v in variables]
         )
 
     stream = StreamStats(
-        name="state", features=features, units=units, mean=flat("mean"), std=flat("std")
+        name=name,
+        features=features,
+        units=units,
+        mean=flat("mean"),
+        std=flat("std"),
+        layout=listed_features(name, split, features),  # its role: state or static
     )
     stream.minimum = flat("min")
-    if "diff" in loaded:
+    if loaded.get("diff") is not None:
         step = int(loaded["diff"].attrs.get("diff_step", 1))
         std = flat("diff")
         stream.diff[step] = DiffStats(mean=np.full_like(std, np.nan), std=std)
@@ -142,9 +176,4 @@ def read_graphcast(folder: str | Path) -> Stats:
         span = span_seconds(loaded["diff"].attrs.get("diff_span", ""))
         if span:  # files written before spans were recorded: unknown
             stream.diff_span[step] = span
-    return Stats(
-        source_kind="graphcast",
-        streams={"state": stream},
-        attrs={k: v for k, v in mean.attrs.items() if isinstance(v, (str, int, float))},
-        origin=f"{folder} (GraphCast-style)",
-    )
+    return stream

@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
+from wxstats.core.untrusted import load_npy, read_json
 from wxstats.io.atomic import Writer
+from wxstats.io.formats.netcdf import recorded_split
 
 VALUE_FILES = {
     "global_means.npy": "mean",
@@ -107,10 +109,7 @@ def is_makani(folder: Path) -> bool:
 
 
 def _load(path: Path, channels: int | None) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable .npy file ({exc})") from None
+    array = load_npy(path)
     flat = np.asarray(array, dtype=np.float64).reshape(-1)
     if array.ndim != 4 or array.shape[0] != 1 or array.shape[2:] != (1, 1):
         raise InputError(f"{path}: shape {array.shape}, makani's is (1, C, 1, 1)")
@@ -119,15 +118,18 @@ def _load(path: Path, channels: int | None) -> np.ndarray:
     return flat
 
 
-def read_makani(folder: str | Path) -> Stats:
+def read_makani(folder: str | Path, split: str | None = None) -> Stats:
     """A makani statistics folder (wxstats' or makani's own) as :class:`Stats`: one
-    ``state`` stream, channels named from ``wxstats_makani.json`` when present."""
+    ``state`` stream, channels named from ``wxstats_makani.json`` when present, of
+    the split it records (``split``, when given, must be it), else of ``split``."""
     folder = Path(folder)
     mean = _load(folder / "global_means.npy", None)
     n = mean.shape[0]
     meta: dict[str, Any] = {}
     if (folder / SIDECAR).is_file():
-        meta = json.loads((folder / SIDECAR).read_text())
+        meta = read_json(folder / SIDECAR)
+        if not isinstance(meta, dict):
+            raise InputError(f"{folder / SIDECAR}: not a JSON object of channels and units")
     names = meta.get("channels") or [f"#{i}" for i in range(n)]
     stream = StreamStats(
         name="state",
@@ -136,6 +138,9 @@ def read_makani(folder: str | Path) -> Stats:
         mean=mean,
         std=_load(folder / "global_stds.npy", n),
         named="channels" in meta,
+        layout=listed_features(
+            "state", recorded_split(meta.get("split"), split, str(folder)), names
+        ),
     )
     if (folder / "mins.npy").is_file():
         stream.minimum = _load(folder / "mins.npy", n)

@@ -23,11 +23,15 @@ change, so a reader never decodes new data with other metadata.
 Variables the store lacks are added the same way: written complete into a
 staging folder inside the store (the same filesystem), then each array
 folder is renamed into place. Everything that takes disk space (copies, new
-arrays, the new consolidated metadata) is written before the first rename,
-so a full disk stops the write with the store untouched; a rename failing
-later undoes the ones before it. The consolidated metadata (``.zmetadata``,
-or the root ``zarr.json`` of a consolidated zarr 3 store) is replaced last,
-in one ``os.replace``, with an entry for every variable written.
+arrays, the new consolidated metadata, the previous versions' links) is
+written before the first rename, so a full disk stops the write with the
+store untouched; a rename failing later undoes the ones before it. The
+consolidated metadata (``.zmetadata``, or the root ``zarr.json`` of a
+consolidated zarr 3 store) is replaced last, in one ``os.replace``, with an
+entry for every variable written. The renames are those of
+:class:`wxstats.io.zarrstore.Replacement`: the store is locked for the
+write, marked before the first rename, and a write killed between two is
+refused by readers and repaired by the next (:mod:`wxstats.io.storemarker`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -45,9 +48,10 @@ import numpy as np
 from wxstats.core.conventions import ROLES, feature_dim
 from wxstats.core.errors import InputError
 from wxstats.core.stats import Stats, StreamSpec
+from wxstats.core.untrusted import read_json
 from wxstats.io.formats.netcdf import stat_name
 from wxstats.io.formats.stored import check_float_dtype, check_min_std
-from wxstats.io.zarrstore import all_or_nothing, fsync_tree
+from wxstats.io.zarrstore import Replacement, array_names, fsync_tree, locked_store, replacing
 
 DIFF_STEP = 1
 DIVISORS = ("std", "diff_std")
@@ -144,7 +148,7 @@ def store_dtypes(store: str | Path, planned: dict[str, Planned]) -> dict[str, np
     own, a new one gets :func:`_new_dtype`."""
     root = Path(store)
     group = _group(root)
-    arrays = set(group.array_keys())
+    arrays = array_names(group)
     return {
         name: np.dtype(group[name].dtype) if name in arrays else _new_dtype(root, p.category)
         for name, p in planned.items()
@@ -165,7 +169,7 @@ def check_store(
     if not os.access(root, os.W_OK):
         raise InputError(f"{store}: the store is not writable")
     group = _group(root)
-    arrays = set(group.array_keys())
+    arrays = array_names(group)
     for name, p in planned.items():
         if name not in arrays:
             continue
@@ -196,7 +200,7 @@ def _metadata_file(root: Path, zarr_format: int) -> Path | None:
     """The store's consolidated metadata file, or None if it has none."""
     if zarr_format == 2:
         return root / ".zmetadata" if (root / ".zmetadata").exists() else None
-    meta = json.loads((root / "zarr.json").read_text())
+    meta = read_json(root / "zarr.json")
     return root / "zarr.json" if meta.get("consolidated_metadata") else None
 
 
@@ -206,16 +210,16 @@ def _consolidated_text(root: Path, zarr_format: int, arrays: dict[str, Path]) ->
     path = _metadata_file(root, zarr_format)
     if path is None:
         return None
-    doc = json.loads(path.read_text())
+    doc = read_json(path)
     entries = doc["metadata"] if zarr_format == 2 else doc["consolidated_metadata"]["metadata"]
     before = json.dumps(entries, sort_keys=True)
     for name, folder in arrays.items():
         if zarr_format == 2:
             for file in (".zarray", ".zattrs"):
                 if (folder / file).exists():
-                    entries[f"{name}/{file}"] = json.loads((folder / file).read_text())
+                    entries[f"{name}/{file}"] = read_json(folder / file)
         else:
-            entries[name] = json.loads((folder / "zarr.json").read_text())
+            entries[name] = read_json(folder / "zarr.json")
     if json.dumps(entries, sort_keys=True) == before:
         return None
     return json.dumps(doc, indent=2 if zarr_format == 3 else 4, sort_keys=zarr_format == 2)
@@ -264,62 +268,70 @@ def write_into_store(
 ) -> list[str]:
     """Replace (or add) the variables in ``store``, each with ``attrs`` set: all
     or nothing (see module docstring)."""
+    root = Path(store)
+    with locked_store(root):
+        check_store(root, planned)
+        with replacing(
+            root,
+            f"{store}: writing the statistics failed, the store was left as it was (old "
+            "values kept, nothing added)",
+        ) as rep:
+            return _write_into(rep, values, planned, attrs or {})
+
+
+def _write_into(
+    rep: Replacement, values: dict[str, np.ndarray], planned: dict[str, Planned], attrs: dict
+) -> list[str]:
     import zarr
 
-    root = Path(store)
-    check_store(root, planned)
+    root, tmp = rep.root, rep.tmp
     group = _group(root)
     zarr_format = group.metadata.zarr_format
-    arrays = set(group.array_keys())
+    arrays = array_names(group)
     existing = [n for n in values if n in arrays]
     missing = [n for n in values if n not in arrays]
-    tmp = Path(tempfile.mkdtemp(prefix=".wxstats-", dir=root))
     stage = tmp / "new"
-    undo: list[tuple[str, Path, Path | None]] = []  # (how, path in the store, its old version)
-    with all_or_nothing(
-        tmp,
-        undo,
-        f"{store}: writing the statistics failed, the store was left as it was (old "
-        "values kept, nothing added)",
-    ):
-        # 1. everything that takes space, under tmp: a full disk stops here
-        for name in existing:
-            shutil.copytree(root / name, tmp / name)
-            array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
-            array[...] = values[name].astype(array.dtype)
-            array.attrs.update(attrs or {})
-        if missing:
-            new = {n: values[n] for n in missing}
-            _stage_new(stage, root, zarr_format, new, planned, attrs or {})
-        meta_file = _metadata_file(root, zarr_format)
-        folders = {n: tmp / n for n in existing} | {n: stage / n for n in missing}
-        meta_text = _consolidated_text(root, zarr_format, folders)
-        if meta_text is not None and meta_file is not None:
-            (tmp / "metadata").write_text(meta_text)
-        backup = tmp / ".old"
-        for name in existing:
-            for rel in sorted(_replaced_files(root / name)):
-                saved = backup / name / rel
-                saved.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(root / name / rel, saved)
-                except OSError:
-                    shutil.copy2(root / name / rel, saved)
-        fsync_tree(tmp)
-        # 2. renames only, each undone if a later one fails
-        for name in existing:
-            new, old = _replaced_files(tmp / name), _replaced_files(root / name)
-            for rel in sorted(new):
-                target = root / name / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp / name / rel, target)
-                undo.append(("file", target, backup / name / rel if rel in old else None))
-            for rel in sorted(old - new):  # chunks now equal to the fill value
-                os.unlink(root / name / rel)
-                undo.append(("file", root / name / rel, backup / name / rel))
-        for name in missing:
-            os.rename(stage / name, root / name)
-            undo.append(("array", root / name, stage / name))
-        if meta_text is not None and meta_file is not None:
-            os.replace(tmp / "metadata", meta_file)  # last: consolidated readers see all or none
+    # 1. everything that takes space, under tmp: a full disk stops here
+    for name in existing:
+        shutil.copytree(root / name, tmp / name)
+        array = zarr.open_array(str(tmp / name), mode="r+", zarr_format=zarr_format)
+        array[...] = values[name].astype(array.dtype)
+        array.attrs.update(attrs)
+    if missing:
+        new = {n: values[n] for n in missing}
+        _stage_new(stage, root, zarr_format, new, planned, attrs)
+    meta_file = _metadata_file(root, zarr_format)
+    folders = {n: tmp / n for n in existing} | {n: stage / n for n in missing}
+    meta_text = _consolidated_text(root, zarr_format, folders)
+    if meta_text is not None and meta_file is not None:
+        (tmp / "metadata").write_text(meta_text)
+        _keep(meta_file, tmp / ".old-metadata")
+    backup = tmp / ".old"
+    for name in existing:
+        for rel in sorted(_replaced_files(root / name)):
+            _keep(root / name / rel, backup / name / rel)
+    fsync_tree(tmp)
+    # 2. renames only (the store marked first), each undone if a later one fails
+    for name in existing:
+        new, old = _replaced_files(tmp / name), _replaced_files(root / name)
+        for rel in sorted(new):
+            saved = backup / name / rel if rel in old else None
+            rep.file(root / name / rel, tmp / name / rel, saved)
+        for rel in sorted(old - new):  # chunks now equal to the fill value
+            rep.remove(root / name / rel, backup / name / rel)
+    for name in missing:
+        rep.move_in(root / name, stage / name)
+    if meta_text is not None and meta_file is not None:
+        # last: consolidated readers see all or none
+        rep.file(meta_file, tmp / "metadata", tmp / ".old-metadata")
+    rep.apply()
     return existing + missing
+
+
+def _keep(path: Path, saved: Path) -> None:
+    """A hard link (a copy where links fail) to ``path`` at ``saved``."""
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(path, saved)
+    except OSError:
+        shutil.copy2(path, saved)

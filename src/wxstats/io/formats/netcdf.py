@@ -40,6 +40,7 @@ from wxstats.core.stats import (
     dataset_builder,
     weighting,
 )
+from wxstats.core.untrusted import parse_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -190,6 +191,17 @@ def pick_split(splits: list[str], wanted: str | None, where: str) -> str:
     if "train" in splits or len(splits) == 1:
         return "train" if "train" in splits else splits[0]
     raise InputError(f"{where}: statistics for several splits {sorted(splits)}; choose one")
+
+
+def recorded_split(recorded: Any, wanted: str | None, where: str) -> str:
+    """The split of a set that holds one (GraphCast's, makani's, ACE's, Aurora's
+    files): the one its files record, which ``wanted`` must then be; ``wanted``
+    where they record none (another tool's files); else ``""`` (not known). What
+    names its statistics in :meth:`~wxstats.core.stats.Stats.to_xarray`
+    (``state__train__mean``)."""
+    if recorded:
+        return pick_split([str(recorded)], wanted, where)
+    return wanted or ""
 
 
 def _text(ds: Any, name: str, dim: str) -> list[str] | None:
@@ -357,11 +369,11 @@ def read_stats_file(path: Path, split: str | None = None, engine: str | None = N
                     raise InputError(f"{path}: {exc}") from None
                 streams[stream.name] = stream
         try:
-            stored = json.loads(ds.attrs.get("warnings", "[]"))
+            stored = parse_json(ds.attrs.get("warnings", "[]"), "warnings")
         except (TypeError, ValueError):
             stored = []
         try:
-            run = json.loads(ds.attrs.get(RUN_ATTR, "{}"))
+            run = parse_json(ds.attrs.get(RUN_ATTR, "{}"), RUN_ATTR)
         except (TypeError, ValueError):
             run = {}
         is_wxstats = str(ds.attrs.get("title", "")).startswith("wxstats")

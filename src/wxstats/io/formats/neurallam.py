@@ -20,6 +20,7 @@ import numpy as np
 from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError, WxstatsError
 from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.untrusted import UntrustedInput, check_tensor_file, load_tensor, load_yaml
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ptfile import tensor_bytes
 from wxstats.io.formats.stored import PT_DTYPE, check_stored, divisor_std
@@ -147,12 +148,29 @@ def neurallam_outputs(
 
 # -- reading ------------------------------------------------------------------------
 def _load_pt(path: Path) -> np.ndarray:
-    import torch
+    """A 1-D tensor file's values: read without torch where
+    :func:`~wxstats.io.formats.ptfile.tensor_values` knows the file (ours, and
+    neural-lam's own), else by ``torch.load`` (weights only), which is refused
+    in one line where torch is not installed (an extra)."""
+    from wxstats.io.formats.ptfile import CallsCode, NotATensor, tensor_values
 
+    check_tensor_file(path)  # its size and records, before any of it is read
     try:
-        tensor = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many kinds for bad files
-        raise InputError(f"{path}: not a readable torch tensor file: {exc}") from None
+        return tensor_values(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    except CallsCode as exc:  # no torch.load either: say so, and never advise one
+        raise InputError(f"{path}: refused: {exc} (wxstats runs no file's code)") from None
+    except NotATensor as exc:
+        unknown = exc
+    try:
+        import torch
+    except ImportError:
+        raise InputError(
+            f"{path}: not a 1-D tensor file wxstats reads without torch ({unknown}); "
+            "pip install 'wxstats[torch]' to read it with torch.load"
+        ) from None
+    tensor = load_tensor(path)
     if not isinstance(tensor, torch.Tensor) or tensor.ndim != 1:
         raise InputError(f"{path}: expected a 1-D tensor (one value per variable)")
     return tensor.detach().to(torch.float64).numpy()
@@ -160,12 +178,10 @@ def _load_pt(path: Path) -> np.ndarray:
 
 def _datastore_config(static: Path, n_vars: int) -> dict[str, Any] | None:
     """The ``dataset`` section of a datastore YAML beside ``static/`` listing n_vars names."""
-    import yaml
-
     for candidate in sorted(static.parent.glob("*.y*ml")):
         try:
-            config = yaml.safe_load(candidate.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            config = load_yaml(candidate)
+        except (OSError, UntrustedInput):
             continue
         dataset = (config or {}).get("dataset") if isinstance(config, dict) else None
         if isinstance(dataset, dict) and len(dataset.get("var_names") or []) == n_vars:

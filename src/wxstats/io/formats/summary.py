@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.conventions import span_seconds
-from wxstats.core.errors import InputError
+from wxstats.core.errors import InputError, first_line
 from wxstats.core.stats import (
     VALUE_OPS,
     DiffStats,
@@ -27,6 +27,7 @@ from wxstats.core.stats import (
     concatenate,
     summary_builder,
 )
+from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
 
 
@@ -208,11 +209,21 @@ def _step(text: str, where: str) -> int:
 def read_summary(path: Path, split: str | None = None) -> Stats:
     """The JSON written by ``wxstats compute --summary`` (``split``: one of its
     ``splits``; default the top level, its first split)."""
-    where = str(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = read_json(path)
+    except OSError as exc:
         raise InputError(f"{path}: not a readable JSON summary: {exc}") from None
+    except UntrustedInput as exc:
+        raise InputError(f"{path}: not a readable JSON summary: {exc.why}") from None
+    try:
+        return _summary_stats(data, Path(path), split)
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
+        # a field of another type than wxstats writes (someone else's file, or damaged)
+        raise InputError(f"{path}: not a wxstats JSON summary ({first_line(exc)})") from None
+
+
+def _summary_stats(data: Any, path: Path, split: str | None) -> Stats:
+    where = str(path)
     if not isinstance(data, dict) or not isinstance(data.get("state"), dict):
         raise InputError(f"{path}: not a wxstats JSON summary (no 'state' section)")
     top = data

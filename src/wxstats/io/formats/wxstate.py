@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import parse_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 
@@ -193,7 +194,7 @@ def read_state_file(path: str | Path) -> StateFile:
     finally:
         nc.close()
     try:
-        meta = json.loads(meta_text)
+        meta = parse_json(meta_text, "its metadata")
         edges = {}
         for name in arrays:
             if name.endswith("__head"):

@@ -54,10 +54,13 @@ class Decoding:
         return (self.scale, self.offset, self.fills, self.view) == (None, None, (), None)
 
 
-def _scalar(value: Any) -> float | None:
+def _scalar(value: Any, name: str, where: str) -> float | None:
     if value is None:
         return None
-    return float(np.asarray(value, dtype=np.float64).ravel()[0])
+    try:
+        return float(np.asarray(value, dtype=np.float64).ravel()[0])
+    except (TypeError, ValueError, IndexError, OverflowError):  # someone else's attribute
+        raise InputError(f"{where}: attribute {name} = {value!r:.60} is not a number") from None
 
 
 def _view(raw: np.dtype, attrs: Any) -> np.dtype | None:
@@ -80,6 +83,22 @@ def _in_view(value: int, raw: np.dtype, view: np.dtype) -> int | None:
     return None
 
 
+def _add_fill(fills: list, fill: Any, raw: np.dtype, raw_view: np.dtype) -> None:
+    """``fill`` (an attribute's value) as a stored value of ``raw_view``, when it can be one."""
+    f = np.asarray(fill).ravel()
+    if f.size == 0 or (f.dtype.kind == "f" and np.isnan(f[0])):
+        return  # NaN is already missing (and cannot mark an integer)
+    value = f[0]
+    if raw_view.kind in "iu":
+        if float(value) != round(float(value)):
+            return
+        in_view = _in_view(int(value), raw.newbyteorder("="), raw_view)
+        if in_view is not None:
+            fills.append(raw_view.type(in_view))
+    else:
+        fills.append(raw_view.type(value))
+
+
 def decoding(var: Any, where: str, netcdf: bool = False) -> Decoding:
     """How ``var`` (opened undecoded) is decoded; ``netcdf``: it is a netCDF
     variable, whose values equal to the default fill may be unwritten."""
@@ -87,7 +106,8 @@ def decoding(var: Any, where: str, netcdf: bool = False) -> Decoding:
     if raw.kind not in "iuf":
         raise InputError(f"{where}: dtype {raw} is not numeric; leave it out of --variables")
     attrs = var.attrs
-    scale, offset = _scalar(attrs.get("scale_factor")), _scalar(attrs.get("add_offset"))
+    scale = _scalar(attrs.get("scale_factor"), "scale_factor", where)
+    offset = _scalar(attrs.get("add_offset"), "add_offset", where)
     view = _view(raw, attrs)
     raw_view = (view or raw).newbyteorder("=")
     fills = []
@@ -95,18 +115,12 @@ def decoding(var: Any, where: str, netcdf: bool = False) -> Decoding:
     for fill in candidates:
         if fill is None:
             continue
-        f = np.asarray(fill).ravel()
-        if f.size == 0 or (f.dtype.kind == "f" and np.isnan(f[0])):
-            continue  # NaN is already missing (and cannot mark an integer)
-        value = f[0]
-        if raw_view.kind in "iu":
-            if float(value) != round(float(value)):
-                continue
-            in_view = _in_view(int(value), raw.newbyteorder("="), raw_view)
-            if in_view is not None:
-                fills.append(raw_view.type(in_view))
-        else:
-            fills.append(raw_view.type(value))
+        try:
+            _add_fill(fills, fill, raw, raw_view)
+        except (TypeError, ValueError, IndexError, OverflowError):  # someone else's attribute
+            raise InputError(
+                f"{where}: _FillValue or missing_value {fill!r:.60} is not a number"
+            ) from None
     packed = scale is not None or offset is not None or raw.kind in "iu"
     if packed:
         out = np.dtype(np.float64)

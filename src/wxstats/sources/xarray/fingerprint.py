@@ -25,6 +25,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wxstats.core.untrusted import read_json
+
 METADATA_FILES = (".zarray", ".zattrs", "zarr.json")
 
 
@@ -37,7 +39,7 @@ def _consolidated(store: Path) -> dict[str, Any]:
     zarr 3 root ``zarr.json``: ``name``); empty if there are none."""
     for name in (".zmetadata", "zarr.json"):
         try:
-            doc = json.loads((store / name).read_bytes())
+            doc = read_json(store / name)
         except (OSError, ValueError):
             continue
         if name == "zarr.json":
