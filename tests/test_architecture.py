@@ -399,6 +399,71 @@ def test_the_kind_checker_sees_planted_tests(tmp_path):
     assert [hit.split(":")[1] for hit in found] == ["5", "7", "9", "11"], found
 
 
+DECOMPRESSION_HOME = "wxstats.storage.decompress"
+"""The one module that decompresses bytes someone else wrote: every decoder there
+is bounded by the chunk's declared size (a zlib bomb inflated 1.5 MiB to 1.5 GiB)."""
+DECOMPRESSING_NAMES = {"decompress", "decompressobj", "decompress_into"}
+"""Functions (and methods) that decompress: ``zlib.decompress``, ``gzip.decompress``,
+``isal_zlib.decompress``, a codec's or numcodecs module's ``decompress``..."""
+DECOMPRESSOR_CLASS = "Decompressor"
+"""``BZ2Decompressor``, ``LZMADecompressor``, ``IgzipDecompressor``, ``ZstdDecompressor``."""
+CODEC_WORDS = ("codec", "compressor", "numcodecs", "zstd", "blosc", "lz4", "gzip", "zlib")
+"""A ``.decode(`` on a receiver naming one of these is a codec's (a ``bytes.decode()``
+of text is not)."""
+INTRA_JOB_INFLATES = {"wxstats.parallel.job", "wxstats.runtime.resumable"}
+"""Where rank 0's own bytes (a run's identity, a checkpoint's coverage, compressed
+by rank 0 of the same job and sent over the job's store) are inflated: no file
+someone else wrote; ``parallel`` may not import ``storage``."""
+
+
+def _decompressions(path: Path) -> list[str]:
+    """Where ``path`` decompresses (by line): a decompressing function or method, a
+    decompressor class, an import of either, or a codec's ``.decode``, called or
+    handed on (``ChunkCodec(compressor.decode)``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.ImportFrom):
+            found += [f"{line}: from {node.module} import {a.name}" for a in node.names
+                      if a.name in DECOMPRESSING_NAMES or DECOMPRESSOR_CLASS in a.name]  # fmt: skip
+        elif isinstance(node, (ast.Attribute, ast.Name)):  # called, or handed on to be
+            name = node.attr if isinstance(node, ast.Attribute) else node.id
+            receiver = ast.unparse(node.value).lower() if isinstance(node, ast.Attribute) else ""
+            codec = name == "decode" and any(word in receiver for word in CODEC_WORDS)
+            if name in DECOMPRESSING_NAMES or DECOMPRESSOR_CLASS in name or codec:
+                found.append(f"{line}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_the_bounded_home_decompresses():
+    """Chunk objects are someone else's bytes: every decompression goes through
+    :mod:`wxstats.storage.decompress`, bounded by the declared size (issue 33)."""
+    found = [
+        f"{module}:{hit}"
+        for module, path in MODULES.items()
+        if module != DECOMPRESSION_HOME and module not in INTRA_JOB_INFLATES
+        for hit in _decompressions(path)
+    ]
+    assert not found, "decompression outside storage/decompress.py:\n" + "\n".join(found)
+
+
+def test_the_decompression_checker_sees_planted_calls(tmp_path):
+    """The checker finds each way of decompressing (so the test above can fail),
+    and lets a text's ``.decode()`` and the bounded decoders' calls be."""
+    bad = tmp_path / "planted.py"
+    bad.write_text(
+        '"""x"""\nfrom isal.isal_zlib import decompress as inflate\n\n\ndef f(arr, data, codec):\n'
+        "    zlib.decompress(data)\n    zlib.decompressobj().decompress(data, 10)\n"
+        "    arr.metadata.compressor.decode(data)\n    numcodecs.Zstd().decode(data)\n"
+        "    lzma.LZMADecompressor()\n    codec.decompress(data)\n"
+        '    text = data.decode("ascii")\n    codec.bounded_decode(data, 10)\n'
+        "    return ChunkCodec(meta.compressor.decode, None)\n"
+    )
+    found = _decompressions(bad)
+    assert sorted({int(hit.split(":")[0]) for hit in found}) == [2, 6, 7, 8, 9, 10, 11, 14], found
+
+
 # -- bytes others may have written go through the guarded readers ------------------
 
 UNTRUSTED_READERS = "wxstats.core.untrusted"

@@ -114,12 +114,7 @@ COUNTS = {
     "journal": 7,
     "yaml": 10,
 }
-KNOWN_ELSEWHERE: dict[tuple[str, str], str] = {
-    ("zarr-meta", "chunks_zero"): "fixed on branch bombs (zarr metadata checked before "
-    "planning: a chunk length of 0 is a ZeroDivisionError in storage/chunks.py's plan)",
-    ("zarr-chunk", "truncate"): "fixed on branch bombs (decompression bounded by the chunk's "
-    "declared sizes: a truncated blosc chunk is decoded past its end, exit 0, wrong numbers)",
-}
+KNOWN_ELSEWHERE: dict[tuple[str, str], str] = {}
 """(family, kind) -> the branch that fixes it: found here, in another helper's
 area (decompression and metadata plausibility: bombs; journals: journal); the
 integrator removes the entry after merging it."""

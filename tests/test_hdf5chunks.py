@@ -192,8 +192,8 @@ def test_truncated_and_corrupt_files_name_the_file_variable_and_chunk(tmp_path):
     reader = Hdf5ChunkReader(str(path), threads=1)
     reader._array("a")
     key = "a/1.0.0.0"
-    offset, size, mask, pipeline = reader.store.index[key]
-    reader.store.index[key] = (os.path.getsize(path) - size // 2, size, mask, pipeline)
+    offset, size, mask, pipeline, nbytes = reader.store.index[key]
+    reader.store.index[key] = (os.path.getsize(path) - size // 2, size, mask, pipeline, nbytes)
     try:
         with pytest.raises(InputError, match=r"t\.nc: variable a: cannot read object a/1\.0"
                            r"\.0\.0: .*the file ends inside chunk"):  # fmt: skip
@@ -232,18 +232,16 @@ def test_a_file_h5py_cannot_open_is_read_through_xarray(tmp_path, monkeypatch):
 def test_zlibs_inflate_where_isal_is_missing_reads_the_same(tmp_path, monkeypatch):
     """ISA-L inflates where its wheels exist (pyproject.toml), zlib elsewhere: the
     same values either way, and a corrupt chunk is refused by both."""
-    import zlib
-
-    import wxstats.storage.hdf5chunks as hdf5chunks
+    import wxstats.storage.decompress as decompress
 
     pytest.importorskip("isal")  # installed with wxstats on this machine
-    assert hdf5chunks.inflate is not zlib.decompress
+    assert decompress.inflater is decompress.isal_inflater
     path = _write(tmp_path / "z.nc", "zlib+shuffle")
     with h5py.File(path, "r") as f:
         want = f["a"][:].transpose(0, 2, 3, 1)
-    isal_inflate = hdf5chunks.inflate
-    for inflate in (isal_inflate, zlib.decompress):
-        monkeypatch.setattr(hdf5chunks, "inflate", inflate)
+    inflaters = (decompress.isal_inflater, decompress.zlib_inflater)
+    for inflater in inflaters:
+        monkeypatch.setattr(decompress, "inflater", inflater)
         reader = Hdf5ChunkReader(str(path), threads=2)
         try:
             got = reader.read([SlabRequest("a", 0, 23, (0, 2, 3, 1), False)])["a"]
@@ -255,8 +253,8 @@ def test_zlibs_inflate_where_isal_is_missing_reads_the_same(tmp_path, monkeypatc
     with open(path, "r+b") as f:
         f.seek(info.byte_offset)
         f.write(b"\0" * info.size)
-    for inflate in (isal_inflate, zlib.decompress):
-        monkeypatch.setattr(hdf5chunks, "inflate", inflate)
+    for inflater in inflaters:
+        monkeypatch.setattr(decompress, "inflater", inflater)
         reader = Hdf5ChunkReader(str(path), threads=2)
         try:
             with pytest.raises(InputError, match=r"chunk object a/1\.0\.0\.0: cannot decode"):

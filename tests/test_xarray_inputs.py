@@ -221,9 +221,9 @@ def hdf5_chunks_read(monkeypatch):
     calls = []
     real = hdf5chunks.Hdf5ChunkStore.get
 
-    def get(self, key):
+    def get(self, key, nbytes=None):
         calls.append(key)
-        return real(self, key)
+        return real(self, key, nbytes)
 
     monkeypatch.setattr(hdf5chunks.Hdf5ChunkStore, "get", get)
     return calls

@@ -35,10 +35,11 @@ from wxstats.core.kernels import Block
 from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import SampleSteps, parse_period
 from wxstats.sources.kinds import KINDS
-from wxstats.sources.xarray.blocks import TimeBlock, plan_blocks, shared_steps
+from wxstats.sources.xarray.blocks import TimeBlock, chunks_per_step, plan_blocks, shared_steps
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
 from wxstats.storage.chunks import SlabRequest
+from wxstats.storage.sizes import check_slab
 from wxstats.storage.zarrchunks import ZarrChunkReader
 
 KIND = "anemoi"
@@ -146,7 +147,10 @@ class AnemoiSource:
         self.variables = [str(v) for v in names]
         if "dates" not in set(self.group.array_keys()):
             raise InputError(f"{where}: no 'dates' array (the time of each entry of data)")
-        self.dates = np.asarray(self.group["dates"][:]).astype("datetime64[s]")
+        dates = self.group["dates"]  # read whole: its declared size checked first
+        check_slab(f"{where}: variable dates", dates.shape, None, dates.dtype.itemsize,
+                   dates.dtype, 0, int(dates.shape[0]) if dates.ndim else 1)  # fmt: skip
+        self.dates = np.asarray(dates[:]).astype("datetime64[s]")
         if self.dates.shape != (n_dates,):
             raise InputError(
                 f"{where}: dates has shape {self.dates.shape}, data has {n_dates} dates"
@@ -176,10 +180,11 @@ class AnemoiSource:
         chunk = int(self.data.chunks[0])
         self.blocks: list[TimeBlock] = plan_blocks(
             [Split(SPLIT, self.start, self.stop, self.window_label)],
-            set(range(0, n_dates, chunk)),
+            [range(0, n_dates, chunk)],
             per_step,
             block_bytes,
             self.diff_steps[-1],
+            chunks_per_step(self.data.shape, self.data.chunks, 0),
         )
         self._chunks = ZarrChunkReader(self.path, {}, io_threads)
         fill = self.data.fill_value

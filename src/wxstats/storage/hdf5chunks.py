@@ -4,8 +4,9 @@ in the file and how it is filtered, from h5py's chunk index.
 netCDF4-python (xarray's backend) decompresses a file's chunks one at a time,
 in HDF5, under a lock: a zlib-compressed ERA5 file from the Climate Data Store
 reads on one core however many there are. Here the chunk index gives each
-chunk's byte range; the chunks are read with ``os.pread`` and inflated (ISA-L,
-or zlib where its wheels are missing: both release the GIL) and unshuffled in
+chunk's byte range; the chunks are read with ``os.pread`` and inflated within
+their declared size (:mod:`.decompress`: ISA-L, or zlib where its wheels are
+missing; both release the GIL) and unshuffled in
 the reader's thread pool, HDF5's own format: deflate (filter 1) and shuffle
 (filter 2), in pipeline order, each skipped for a chunk whose filter mask says
 it was not applied.
@@ -20,19 +21,14 @@ unless the variable has no fill value (netCDF's NOFILL mode): then it is refused
 
 from __future__ import annotations
 
+import math
 import os
-import zlib
 from typing import Any
 
 import numpy as np
 
-try:  # ISA-L's inflate: the same bytes as zlib's, ~1.8x its speed here; releases the GIL
-    from isal.isal_zlib import decompress as inflate
-    from isal.isal_zlib import error as InflateError
-except ImportError:  # a platform without its wheels (see pyproject.toml)
-    inflate, InflateError = zlib.decompress, zlib.error
-
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.decompress import TooLarge, inflate, stored_limit
 from wxstats.storage.readahead import will_need
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers
@@ -88,25 +84,30 @@ class Hdf5ChunkStore:
 
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDONLY)
-        # key -> (offset, size, filter mask, the dataset's filter pipeline)
-        self.index: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...]]] = {}
+        # key -> (offset, size, filter mask, the dataset's filter pipeline, decoded size)
+        self.index: dict[str, tuple[int, int, int, tuple[tuple[int, int], ...], int]] = {}
 
     def add(self, name: str, dataset: Any, pipeline: tuple[tuple[int, int], ...]) -> None:
         """Index every written chunk of ``dataset`` (h5py's chunk iterator)."""
         chunks = dataset.chunks
+        nbytes = math.prod(chunks) * dataset.dtype.itemsize
 
         def record(info) -> None:
             coords = tuple(o // c for o, c in zip(info.chunk_offset, chunks, strict=True))
             key = chunk_key(name, coords)
-            self.index[key] = (info.byte_offset, info.size, info.filter_mask, pipeline)
+            self.index[key] = (info.byte_offset, info.size, info.filter_mask, pipeline, nbytes)
 
         dataset.id.chunk_iter(record)
 
-    def get(self, key: str) -> bytes | np.ndarray | None:
+    def get(self, key: str, nbytes: int | None = None) -> bytes | np.ndarray | None:
+        """Chunk ``key`` unfiltered, inflated within its declared size (the index's
+        own, whatever ``nbytes`` says)."""
         entry = self.index.get(key)
         if entry is None:
             return None  # never written: HDF5 reads the fill value
-        offset, size, mask, pipeline = entry
+        offset, size, mask, pipeline, nbytes = entry
+        if size > stored_limit(nbytes):
+            raise TooLarge(nbytes, stored=size)
         data = os.pread(self.fd, size, offset)
         if len(data) != size:
             raise OSError(f"the file ends inside chunk {key} (truncated?)")
@@ -114,10 +115,7 @@ class Hdf5ChunkStore:
             if mask & (1 << position):
                 continue  # this filter was not applied to this chunk
             code, itemsize = pipeline[position]
-            try:
-                data = inflate(data) if code == _DEFLATE else unshuffle(data, itemsize)
-            except (InflateError, zlib.error) as exc:
-                raise ValueError(str(exc)) from None
+            data = inflate(data, nbytes) if code == _DEFLATE else unshuffle(data, itemsize)
         return data
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]:

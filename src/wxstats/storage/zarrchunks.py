@@ -3,7 +3,8 @@
 where it serves the URL, see :func:`.urls.object_store`) and how it is compressed.
 
 Arrays with sharding, filters, checksums, ``F`` order or codecs other than
-zstd/blosc/gzip are read with zarr's own basic slicing.
+zstd/blosc/gzip (zarr 3) are read with zarr's own basic slicing. Chunk objects
+are decoded within the size the metadata declares (:mod:`.decompress`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.decompress import TooLarge, bounded, stored_limit
 from wxstats.storage.readahead import will_need
 from wxstats.storage.urls import REQUESTS_IN_FLIGHT, is_url, object_store, read_options
 
@@ -34,7 +36,7 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
     if meta.zarr_format == 2:
         if meta.filters or meta.order != "C":
             return None
-        return ChunkCodec(meta.compressor.decode if meta.compressor else None, dtype)
+        return ChunkCodec(bounded(meta.compressor) if meta.compressor else None, dtype)
     codecs = list(meta.codecs)
     if not codecs or type(codecs[0]).__name__ != "BytesCodec" or len(codecs) > 2:
         return None
@@ -44,7 +46,7 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
     if len(codecs) == 1:
         return ChunkCodec(None, dtype)
     name = _COMPRESSORS.get(type(codecs[1]).__name__)
-    return ChunkCodec(getattr(numcodecs, name)().decode, dtype) if name else None
+    return ChunkCodec(bounded(getattr(numcodecs, name)()), dtype) if name else None
 
 
 class ChunkStore:
@@ -65,10 +67,13 @@ class ChunkStore:
     def local(self) -> bool:
         return self.fs is None and self.objects is None
 
-    def get(self, key: str) -> bytes | None:
-        """One local chunk object (``None``: it does not exist)."""
+    def get(self, key: str, nbytes: int | None = None) -> bytes | None:
+        """One local chunk object (``None``: it does not exist); one stored in more
+        bytes than any codec takes for ``nbytes`` decoded bytes is refused unread."""
         try:
             with open(os.path.join(self.path, key), "rb") as f:
+                if nbytes is not None and os.fstat(f.fileno()).st_size > stored_limit(nbytes):
+                    raise TooLarge(nbytes, stored=os.fstat(f.fileno()).st_size)
                 return f.read()
         except FileNotFoundError:
             return None

@@ -31,6 +31,7 @@ from wxstats.sources.xarray.blocks import (
     finish_slab,
     first_values,
     plan_blocks,
+    plan_chunks_per_step,
     read_slab,
     read_static,
     shared_steps,
@@ -165,6 +166,7 @@ class XarraySource:
             per_step,
             self.options.block_bytes,
             max(self.diff_steps),
+            plan_chunks_per_step(self.parts, self.vars, self.time_dim),
         )
         self.groups = time_groups(self.options.by, self.times, self.path, self.splits)
         self.weight_field = None

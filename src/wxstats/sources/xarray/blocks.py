@@ -9,8 +9,12 @@ times in a split is counted exactly once, attributed to its later time ``t``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +22,7 @@ from wxstats.core.errors import InputError, first_line
 from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
 from wxstats.sources.xarray.timeaxis import Part, Split
+from wxstats.storage.chunks import CHUNKS_PER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -29,18 +34,23 @@ class TimeBlock:
     first: int  # first step read: start minus the halo the differences need
 
 
-def chunk_bounds(parts: list[Part], variables: list[Variable], time_dim: str) -> set[int]:
-    """Time indices where a storage chunk (or a file) of any variable starts."""
-    bounds = set()
+def chunk_bounds(
+    parts: list[Part], variables: list[Variable], time_dim: str
+) -> list[Iterable[int]]:
+    """Time indices where a storage chunk (or a file) of any variable starts, as
+    sorted sequences (a ``range`` per regularly chunked variable and file, never
+    a list of every chunk: a store of a million chunks along time plans in the
+    memory of a few)."""
+    bounds: set[Any] = set()  # ranges of the same chunks are equal: kept once
     for p in parts:
-        bounds.update((p.start, p.start + p.length))
+        bounds.add((p.start, p.start + p.length))
         for v in variables:
             if not v.has_time:
                 continue
             var = p.ds.variables[v.name]
             if var.chunks:  # a dask-backed Dataset given by the caller: its dask chunks
                 edges = np.cumsum((0, *var.chunks[var.dims.index(time_dim)]))
-                bounds.update(p.start + int(e) for e in edges)
+                bounds.add(tuple(p.start + int(e) for e in edges))
                 continue
             enc = var.encoding
             size = (enc.get("preferred_chunks") or {}).get(time_dim)
@@ -51,32 +61,79 @@ def chunk_bounds(parts: list[Part], variables: list[Variable], time_dim: str) ->
                 if chunks is not None:
                     size = chunks[var.dims.index(time_dim)]
             if size:
-                bounds.update(range(p.start, p.start + p.length, int(size)))
-    return bounds
+                bounds.add(range(p.start, p.start + p.length, int(size)))
+    return list(bounds)
+
+
+def chunks_per_step(shape: Sequence[int], chunks: Sequence[int], axis: int) -> float:
+    """Chunk objects one index along ``axis`` of an array reads (a chunk of ``c``
+    steps counts ``1/c`` for each)."""
+    out = 1.0 / max(1, int(chunks[axis]))
+    for d, (n, c) in enumerate(zip(shape, chunks, strict=True)):
+        if d != axis:
+            out *= -(-int(n) // max(1, int(c)))
+    return out
+
+
+def plan_chunks_per_step(parts: list[Part], variables: list[Variable], time_dim: str) -> float:
+    """Chunk objects a time step of every variable with time reads chunk by chunk
+    (a storage chunking in its encoding): with :data:`.chunks.CHUNKS_PER_BLOCK`,
+    how many steps a block's plan may hold."""
+    total = 0.0
+    for v in variables:
+        var = parts[0].ds.variables[v.name]
+        enc = var.encoding
+        chunks = enc.get("chunks") or enc.get("chunksizes")
+        if not v.has_time or var.chunks or enc.get("contiguous") or not chunks:
+            continue
+        if len(chunks) == var.ndim:
+            total += chunks_per_step(var.shape, chunks, var.dims.index(time_dim))
+    return total
+
+
+def _inside(bounds: Iterable[Sequence[int]], a: int, b: int) -> Iterator[int]:
+    """The points of the sorted sequences ``bounds`` strictly between ``a`` and
+    ``b``, in order, each once (a range is cut by arithmetic, not walked)."""
+    cut = [s[bisect.bisect_right(s, a) : bisect.bisect_left(s, b)] for s in bounds]
+    last = None
+    for x in heapq.merge(*cut):
+        if x != last:
+            yield x
+            last = x
 
 
 def plan_blocks(
-    splits: list[Split], bounds: set[int], bytes_per_step: int, budget: int, reach: int
+    splits: list[Split],
+    bounds: Iterable[Sequence[int]] | set[int],
+    bytes_per_step: int,
+    budget: int,
+    reach: int,
+    chunks_per_step: float = 0.0,
 ) -> list[TimeBlock]:
     """Blocks of whole chunks covering the splits, each within ``budget`` bytes
-    (or one chunk), with a halo of ``reach`` steps inside the splits."""
+    and :data:`.chunks.CHUNKS_PER_BLOCK` chunk objects (``chunks_per_step`` each)
+    or one chunk, with a halo of ``reach`` steps inside the splits. ``bounds``:
+    where chunks start, as sorted sequences (:func:`chunk_bounds`) or a set."""
     budget = max(1, int(budget))
+    if isinstance(bounds, (set, frozenset)):
+        bounds = [sorted(bounds)]
     intervals: list[list[int]] = []
     for s in sorted(splits, key=lambda s: s.start):
         if intervals and s.start <= intervals[-1][1]:
             intervals[-1][1] = max(intervals[-1][1], s.stop)
         else:
             intervals.append([s.start, s.stop])
-    cut_points = sorted(bounds)
     spans = []
     for a, b in intervals:
-        cuts = sorted({a, b, *[x for x in cut_points if a < x < b]})
-        start = a
-        for i, cut in enumerate(cuts[1:], start=1):
-            nxt = cuts[i + 1] if i + 1 < len(cuts) else None
-            if nxt is None or (nxt - start) * bytes_per_step > budget:
+        points = itertools.chain(_inside(bounds, a, b), [b])
+        start, cut = a, next(points)
+        for nxt in points:  # a block grows while the next chunk fits its budget
+            steps = nxt - start
+            if steps * bytes_per_step > budget or steps * chunks_per_step > CHUNKS_PER_BLOCK:
                 spans.append((start, cut))
                 start = cut
+            cut = nxt
+        spans.append((start, cut))
     out = []
     for b0, b1 in spans:
         inside = [s.start for s in splits if s.start < b1 and s.stop > b0]

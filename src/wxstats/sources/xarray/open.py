@@ -11,6 +11,7 @@ from typing import Any
 
 from wxstats.core.conventions import RUN_ATTR
 from wxstats.core.errors import InputError, first_line
+from wxstats.storage.sizes import check_zarr_metadata
 from wxstats.storage.urls import is_url, read_options
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
@@ -97,8 +98,12 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if is_zarr(text):
+                if not is_url(text):
+                    check_zarr_metadata(text)  # before xarray loads its coordinates
                 return xr.open_dataset(text, engine="zarr", **kwargs)
             return xr.open_dataset(text, engine=_local_netcdf_engine(text), **kwargs)
+    except InputError:
+        raise
     except ImportError as exc:
         raise InputError(
             f"{text}: opening it needs the Python package {exc.name or 'for its protocol'} "
