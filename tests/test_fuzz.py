@@ -114,10 +114,6 @@ COUNTS = {
     "journal": 7,
     "yaml": 10,
 }
-KNOWN_ELSEWHERE: dict[tuple[str, str], str] = {}
-"""(family, kind) -> the branch that fixes it: found here, in another helper's
-area (decompression and metadata plausibility: bombs; journals: journal); the
-integrator removes the entry after merging it."""
 
 
 def all_cases() -> list[Case]:
@@ -198,12 +194,7 @@ def outcomes(tmp_path_factory) -> dict[str, dict]:
 
 
 def _params():
-    out = []
-    for case in all_cases():
-        reason = KNOWN_ELSEWHERE.get((case.family, case.kind))
-        marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-        out.append(pytest.param(case, id=case.id, marks=marks))
-    return out
+    return [pytest.param(case, id=case.id) for case in all_cases()]
 
 
 @pytest.mark.parametrize("case", _params())
