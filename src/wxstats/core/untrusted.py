@@ -23,10 +23,12 @@ one line naming the file (:class:`UntrustedInput`), never a library's traceback:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ __all__ = [
     "load_yaml",
     "parse_json",
     "read_json",
+    "read_own_json",
 ]
 
 
@@ -125,6 +128,42 @@ def read_json(path: str | Path, limit: int = JSON_LIMIT) -> Any:
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     return parse_json(data, str(path), limit)
+
+
+def read_own_json(path: str | Path, limit: int) -> Any:
+    """The JSON file ``path`` if it may be one wxstats itself wrote into a folder
+    others can write (a journal, a store's marker): opened without following a
+    link and checked on the open descriptor, a regular file of the running user's
+    (on POSIX) with one link (a hard link would let another file be replaced
+    through it) and at most ``limit`` bytes; else :class:`UntrustedInput` whose
+    ``why`` says what it is instead."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else str(exc.strerror)
+        raise UntrustedInput(str(path), why) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedInput(str(path), "it is not a regular file")
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise UntrustedInput(
+                str(path), f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+            )
+        if st.st_nlink != 1:
+            raise UntrustedInput(str(path), f"it has {st.st_nlink} links (wxstats writes one)")
+        if st.st_size > limit:
+            raise UntrustedInput(
+                str(path), f"it holds {st.st_size} bytes, more than wxstats writes"
+            )
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return parse_json(b"".join(chunks), str(path), limit)
 
 
 def load_yaml(path: str | Path, limit: int = JSON_LIMIT) -> Any:

@@ -42,7 +42,6 @@ holds the lock may be that run's own: a set is then refused in one line.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -53,7 +52,7 @@ import warnings
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
-from wxstats.core.untrusted import UntrustedInput, parse_json
+from wxstats.core.untrusted import UntrustedInput, read_own_json
 from wxstats.io.locks import LOCK_NAME, FolderLock
 
 
@@ -183,47 +182,16 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def _read_bounded(journal: Path) -> bytes:
-    """The journal's bytes if it may be honoured (see module docstring)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(journal, flags)
-    except OSError as exc:
-        raise _refused(
-            journal, "it is a symbolic link" if exc.errno == errno.ELOOP else str(exc.strerror)
-        ) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refused(journal, "it is not a regular file")
-        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
-            raise _refused(
-                journal, f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
-            )
-        if st.st_nlink != 1:
-            raise _refused(journal, f"it has {st.st_nlink} links (wxstats writes one)")
-        if st.st_size > MAX_JOURNAL_BYTES:
-            raise _refused(journal, f"it holds {st.st_size} bytes, more than a journal")
-        chunks, size = [], 0
-        while size <= MAX_JOURNAL_BYTES and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)[: MAX_JOURNAL_BYTES + 1]
-    finally:
-        os.close(fd)
-
-
 def _read_journal(folder: Path, journal: Path) -> tuple[str, list[Entry], list[str]]:
     """(tag, entries in ``folder``, the other folders as written) of a journal
     that may be honoured; else refused in one line (see module docstring)."""
     named = _JOURNAL.fullmatch(journal.name)
     if named is None:
         raise _refused(journal, "it is not a name wxstats gives its journals")
-    data = _read_bounded(journal)
     try:
-        doc = parse_json(data, str(journal), limit=MAX_JOURNAL_BYTES)
+        doc = read_own_json(journal, MAX_JOURNAL_BYTES)
     except UntrustedInput as exc:
-        raise _refused(journal, f"it is not a wxstats journal ({exc.why})") from None
+        raise _refused(journal, exc.why) from None
     if not (
         isinstance(doc, dict)
         and doc.get("wxstats_journal") == JOURNAL_VERSION

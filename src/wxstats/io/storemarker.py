@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.untrusted import UntrustedInput, parse_json
+from wxstats.core.untrusted import UntrustedInput, read_own_json
 from wxstats.io.atomic import fsync_file
 from wxstats.io.journal import fsync_dir
 from wxstats.io.locks import LOCK_NAME
@@ -181,28 +181,10 @@ def _owned(st: os.stat_result) -> bool:
 def _read_marker(root: Path, marker: Path) -> tuple[str, list[Step]]:
     """(staging folder's name, steps) of a marker that may be honoured; else
     refused in one line (see module docstring)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(marker, flags)
-    except OSError as exc:
-        raise _refused(marker, f"it cannot be opened ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refused(marker, "it is not a regular file")
-        if not _owned(st):
-            raise _refused(marker, f"it is owned by uid {st.st_uid}, not by you")
-        if st.st_nlink != 1:
-            raise _refused(marker, f"it has {st.st_nlink} links (wxstats writes one)")
-        if st.st_size > _MAX_MARKER_BYTES:
-            raise _refused(marker, f"it holds {st.st_size} bytes, more than a marker")
-        data = os.read(fd, _MAX_MARKER_BYTES + 1)
-    finally:
-        os.close(fd)
-    try:
-        doc = parse_json(data, str(marker), limit=_MAX_MARKER_BYTES)
+        doc = read_own_json(marker, _MAX_MARKER_BYTES)
     except UntrustedInput as exc:
-        raise _refused(marker, f"it is not a wxstats marker ({exc.why})") from None
+        raise _refused(marker, exc.why) from None
     if not (
         isinstance(doc, dict)
         and doc.get("wxstats_store_replacement") == _MARKER_VERSION
