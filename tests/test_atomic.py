@@ -435,3 +435,42 @@ def test_a_planted_lock_link_is_refused(tmp_path):
     with pytest.raises(WxstatsError, match="symbolic link"):
         atomic.write_all({out / "a.nc": _text("a")}, overwrite=False)
     assert outside.read_text() == "keep" and not (out / "a.nc").exists()
+
+
+@pytest.mark.parametrize("theirs", [False, True], ids=["writable", "another user's"])
+def test_a_planted_lock_fifo_is_refused_without_blocking(tmp_path, monkeypatch, theirs):
+    """A FIFO planted as the folder's lock is refused in one line, and its open
+    never blocks (``O_NONBLOCK``): not even the read-only open of a lock file that
+    is not the user's, which without it would wait for a writer forever. Another
+    user's file is simulated (root may open anything read-write)."""
+    import signal
+
+    from wxstats.io import locks
+
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / locks.LOCK_NAME, 0o444 if theirs else 0o644)
+    if theirs:
+        real = os.open
+
+        def not_yours(path, flags, *args, **kwargs):
+            if os.path.basename(path) == locks.LOCK_NAME and flags & os.O_RDWR:
+                raise PermissionError(13, "Permission denied", str(path))
+            return real(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(locks.os, "open", not_yours)
+
+    def hung(signum, frame):
+        raise TimeoutError("the open of the planted FIFO blocked")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        with pytest.raises(WxstatsError, match="not a regular file") as refused:
+            atomic.write_all({out / "a.nc": _text("a")}, overwrite=False)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert "\n" not in str(refused.value)
+    assert stat.S_ISFIFO(os.lstat(out / locks.LOCK_NAME).st_mode)
+    assert not (out / "a.nc").exists()

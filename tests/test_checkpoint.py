@@ -18,7 +18,7 @@ from distributed_helpers import assert_identical_outputs
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
 from wxstats.core.partial import Coverage
-from wxstats.runtime import checkpoint as checkpoint_module
+from wxstats.io import locks
 from wxstats.runtime.checkpoint import FORMAT_VERSION, LOCK, Checkpoint
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
@@ -190,8 +190,11 @@ def test_a_checkpoint_in_use_is_refused_to_a_second_run(meps_small, tmp_path):
     refused = Checkpoint(ck, _fingerprint(source))  # kept: a refusal alone frees the folder
     with pytest.raises(WxstatsError, match="holds a checkpoint already"):
         refused.prepare(resume=False)
-    Checkpoint(ck, _fingerprint(source)).prepare(resume=True)
+    resumed = Checkpoint(ck, _fingerprint(source))
+    resumed.prepare(resume=True)
     assert sorted(p.name for p in ck.iterdir()) == [LOCK, "manifest.json"]
+    resumed.release()  # the last holder removes the lock file
+    assert sorted(p.name for p in ck.iterdir()) == ["manifest.json"]
 
 
 def test_the_lock_file_is_never_followed_nor_trusted(meps_small, tmp_path):
@@ -241,7 +244,7 @@ def test_a_file_system_without_locks_warns_and_goes_on(meps_small, tmp_path, mon
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
-    monkeypatch.setattr(checkpoint_module.fcntl, "flock", no_locks)
+    monkeypatch.setattr(locks.fcntl, "flock", no_locks)
     source = open_source(ComputeOptions(dataset=meps_small))
     ck = tmp_path / "ck"
     with pytest.warns(UserWarning, match="cannot lock files .* would not be refused") as said:

@@ -151,6 +151,7 @@ def test_a_second_write_into_one_store_is_refused_while_the_first_runs(world, ca
         assert main(["compute", str(store), "--write-into", "--quiet"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "another wxstats run is writing into this store" in err[0], err
+        assert f"(its lock file says: pid {first.pid} on " in err[0], err  # who holds it
         assert _everything(store) == before
         first.stdin.write("\n")
         first.stdin.flush()

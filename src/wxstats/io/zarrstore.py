@@ -89,8 +89,10 @@ def locked_store(root: Path) -> Iterator[None]:
     root = Path(root)
     hold_exclusive(
         root,
-        f"{root}: another wxstats run is writing into this store now (it holds "
-        f"{root / LOCK_NAME}); rerun when it has finished",
+        lambda holder: (
+            f"{root}: another wxstats run is writing into this store now (it holds "
+            f"{root / LOCK_NAME}){holder}; rerun when it has finished"
+        ),
     )
     try:
         recover_store(root)

@@ -24,28 +24,20 @@ naming the first difference; so is a folder or a part of another
 
 One run at a time: rank 0 holds an exclusive ``flock`` on ``.wxstats.lock`` in
 the folder from before it reads the manifest until the run ends (its process
-ending releases it, however it ends). A second run on the folder, resuming it
-or starting afresh there, is refused in one line. The lock file is opened
-without following a symbolic link and never trusted: what it says (the holder's
-process and host) is shown only as a hint. Where the file system cannot lock
-(some network file systems: ``ENOLCK``, ``EOPNOTSUPP``), the run goes on after
-one warning line: two runs at once would not be refused there.
+ending releases it, however it ends; the run's end removes the file). A second
+run on the folder, resuming it or starting afresh there, is refused in one
+line, with what the lock file says of its holder as a hint. The lock is
+:mod:`wxstats.io.locks`' (how the file is opened and trusted, and the one
+warning where the file system cannot lock: two runs at once would not be
+refused there).
 
 How a run uses the folder is :mod:`wxstats.runtime.resumable`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import json
-import os
-import socket
-import stat
-import time
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +48,7 @@ from wxstats.core.partial import Coverage, CoverageOverlap, Partial
 from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import write_all
 from wxstats.io.formats.wxstate import StateFile, StateFileError, read_state_file, state_writer
-from wxstats.io.locks import LOCK_NAME
+from wxstats.io.locks import LOCK_NAME, FolderLock, take_exclusive
 from wxstats.runtime.identity import first_difference
 
 MANIFEST = "manifest.json"
@@ -67,11 +59,6 @@ config and the grid; 2: parts recorded sample indices, not time steps, in
 PART = "part-{}.wxstate"
 LOCK = ".wxstats.lock"
 """The file rank 0 holds locked while a run uses the folder (see module docstring)."""
-HINT_BYTES = 200
-"""At most this much of a lock file is read, for the hint of who holds it."""
-NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)
-"""``flock`` errors of a file system that cannot lock (not another run's lock; EBADF:
-NFS emulates ``flock`` with a write lock, refused on someone else's read-only file)."""
 
 
 def _contents(folder: Path) -> list[str]:
@@ -84,109 +71,6 @@ def _contents(folder: Path) -> list[str]:
         if p.name not in (LOCK, LOCK_NAME)
         and not (p.name.endswith(".tmp") and p.name.startswith((f".{MANIFEST}.", ".part-")))
     )
-
-
-class FolderLock:
-    """An exclusive ``flock`` on ``folder/LOCK``, held until :meth:`release` or until
-    this object (or the process) goes. :meth:`take` returns ``None`` where the file
-    system cannot lock, after one warning."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    @classmethod
-    def take(cls, folder: Path) -> FolderLock | None:
-        lock = cls(_open_lock_file(folder / LOCK))
-        try:
-            return lock._lock(folder)
-        except BaseException:
-            lock.release()
-            raise
-
-    def _lock(self, folder: Path) -> FolderLock | None:
-        path, fd = folder / LOCK, self._fd
-        assert fd is not None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WxstatsError(
-                f"{path}: not a regular file, so not a lock file of wxstats; remove it, "
-                "or use another --checkpoint folder"
-            )
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise WxstatsError(
-                f"{folder}: checkpoint folder in use by another run{_holder(fd)}; wait until "
-                "it ends, or use another --checkpoint folder"
-            ) from None
-        except OSError as exc:
-            if exc.errno not in NO_LOCKS:
-                raise WxstatsError(f"{path}: cannot lock: {exc.strerror or exc}") from None
-            self.release()
-            warnings.warn(
-                f"{folder}: this file system cannot lock files ({exc.strerror or exc}): "
-                "another run using this checkpoint folder at the same time would not be "
-                "refused",
-                stacklevel=3,
-            )
-            return None
-        _write_hint(fd)
-        return self
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)  # closing the file releases its lock
-
-    def __del__(self) -> None:  # a checkpoint dropped unreleased (a test's several ranks)
-        self.release()
-
-
-def _open_lock_file(path: Path) -> int:
-    """The lock file, created if need be, never through a symbolic link (and a FIFO
-    planted there does not block the open: ``O_NONBLOCK``); read-only where it is
-    someone else's (a lock on a file open for reading excludes as well)."""
-    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        try:
-            return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
-        except PermissionError:
-            return os.open(path, os.O_RDONLY | flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise WxstatsError(
-                f"{path}: a symbolic link, not a lock file of wxstats; remove it, or use "
-                "another --checkpoint folder"
-            ) from None
-        raise WxstatsError(
-            f"{path}: cannot open the checkpoint's lock file: {exc.strerror or exc}"
-        ) from None
-
-
-def _holder(fd: int) -> str:
-    """What the lock file says of its holder, for display only: the printable
-    characters of its first bytes (it may be anyone's file, saying anything)."""
-    try:
-        raw = os.pread(fd, HINT_BYTES, 0).decode(errors="replace")
-    except OSError:
-        return ""
-    text = " ".join("".join(c if c.isprintable() else " " for c in raw).split())[:120]
-    return f" (its lock file says: {text})" if text else ""
-
-
-def _write_hint(fd: int) -> None:
-    """Say who holds the lock, in a file of this user's only, with one link (never
-    another file's contents replaced through a hard link)."""
-    try:
-        info = os.fstat(fd)
-        if info.st_uid != os.getuid() or info.st_nlink != 1:
-            return
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        hint = f"pid {os.getpid()} on {socket.gethostname()} since {when}\n"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, hint.encode(), 0)
-    except OSError:  # opened read-only: the lock holds without its hint
-        pass
 
 
 class Checkpoint:
@@ -217,7 +101,7 @@ class Checkpoint:
                     f"{self.directory}: cannot create checkpoint folder: {exc}"
                 ) from None
         self.release()
-        self._lock = FolderLock.take(self.directory)
+        self._lock = take_exclusive(self.directory, self._in_use, LOCK)
         try:
             self._begin(manifest, resume)
         except BaseException:
@@ -237,6 +121,12 @@ class Checkpoint:
         self._refuse_foreign(resume)
         text = json.dumps(self.fingerprint, indent=1, sort_keys=True)
         write_all({manifest: lambda p: p.write_text(text)}, overwrite=True)
+
+    def _in_use(self, holder: str) -> str:
+        return (
+            f"{self.directory}: checkpoint folder in use by another run{holder}; wait until "
+            "it ends, or use another --checkpoint folder"
+        )
 
     def release(self) -> None:
         """Let other runs use the folder (the run is over)."""
