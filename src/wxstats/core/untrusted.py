@@ -30,11 +30,12 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from wxstats.core.errors import InputError, first_line
+
+if TYPE_CHECKING:
+    import numpy as np
 
 JSON_LIMIT = 64 << 20  # bytes: far above any JSON wxstats or a store writes
 JSON_DEPTH = 128  # nesting levels: our own files use under 10
@@ -83,6 +84,8 @@ def _depth(data: bytes) -> int:
     # strings is every other piece between quotes (a split is faster than the pattern)
     outside = _STRING.sub(b"", data) if b"\\" in data else b"".join(data.split(b'"')[::2])
     brackets = outside.translate(None, _NOT_BRACKETS)
+    import numpy as np  # here: the command's parser reads JSON options before numpy is tuned
+
     deepest, level = 0, 0
     for start in range(0, len(brackets), _BLOCK):  # bounded memory, numpy's speed
         codes = np.frombuffer(brackets, np.uint8, min(_BLOCK, len(brackets) - start), start)
@@ -274,6 +277,8 @@ def load_npy(path: str | Path, limit: int = NPY_LIMIT) -> np.ndarray:
     version, a dtype without objects, a shape whose bytes are exactly what follows
     the header and at most ``limit``; else one line naming the file."""
     where = str(path)
+    import numpy as np
+
     fmt = np.lib.format
     try:
         with open(path, "rb") as f:
