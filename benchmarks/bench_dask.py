@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_xarray import _rel, write_store  # noqa: E402 - the same store as bench_xarray
+from bench_xarray import _rel, store_arguments, write_store  # noqa: E402 - the same store as bench_xarray
 
 VARIABLES = ("t2m", "msl")
 
@@ -84,11 +84,8 @@ def reference(path: Path, chunk: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gb", type=float, default=0.3, help="uncompressed size (default 0.3)")
-    parser.add_argument("--grid", type=int, nargs=2, default=(181, 360), metavar=("NY", "NX"))
-    parser.add_argument("--chunk", type=int, default=24, help="time steps per zarr chunk")
+    store_arguments(parser, 0.3, (181, 360))
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
 
     import xarray as xr

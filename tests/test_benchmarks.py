@@ -281,7 +281,7 @@ def test_bench_dask_prints_each_row_with_errors_against_the_reference(tmp_path):
     pytest.importorskip("distributed")
     text = _run(
         "bench_dask.py",
-        *("--gb", "0.001", "--grid", "10", "12", "--chunk", "8", "--dir", str(tmp_path / "d")),
+        *("--gb", "0.001", "--grid", "10", "12", "--chunk", "100", "--dir", str(tmp_path / "d")),
         cwd=tmp_path,
     )
     rows = {}
