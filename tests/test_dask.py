@@ -8,7 +8,9 @@ counted twice or never refused in one line."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +25,6 @@ from wxstats.core.partial import Coverage
 from wxstats.runtime import cluster
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
-
-distributed = pytest.importorskip("distributed")
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -48,14 +48,21 @@ def data(tmp_path_factory):
     return store, truth, cli
 
 
-def _local_cluster(n_workers: int):
-    return distributed.LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit="1GiB",
-        dashboard_address=None,
-    )
+@contextmanager
+def _client(n_workers: int):
+    """A client of a LocalCluster of ``n_workers`` processes, closed after."""
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="1GiB",
+            dashboard_address=None,
+        ) as lc,
+        distributed.Client(lc) as client,
+    ):
+        yield client
 
 
 def _same_bytes(stats, cli: xr.Dataset) -> None:
@@ -88,7 +95,7 @@ def test_the_cli_bytes_for_any_workers_and_chunking(data, n_workers):
     # the workers read the store's chunks themselves: nothing to compute for them but the plan
     assert _source(storage_chunks).worker_inputs(1) == {}
     assert _source(other_chunks)._chunks is None  # computed from the dask graph
-    with _local_cluster(n_workers) as lc, distributed.Client(lc) as client:
+    with _client(n_workers) as client:
         assert len(set(client.run(os.getpid).values())) == n_workers
         assert set(client.run(_wxstats_file).values()) == {wxstats.__file__}  # this checkout's
         for given in (storage_chunks, other_chunks):
@@ -132,7 +139,7 @@ def test_a_worker_killed_mid_run_gives_the_same_bytes(data, tmp_path):
     marker = str(tmp_path / "killed")
     ds = xr.open_zarr(store, consolidated=False).chunk(time=5)
     ds["t2m"] = ds["t2m"].copy(data=ds["t2m"].data.map_blocks(_kill_once, marker, dtype="f4"))
-    with _local_cluster(3) as lc, distributed.Client(lc) as client:
+    with _client(3) as client:
         stats = wxstats.compute(ds, client=client, **OPTIONS)
     killed = int(Path(marker).read_text())
     rerun = int(Path(marker + ".rerun").read_text())
@@ -161,6 +168,20 @@ def test_a_partial_counted_twice_or_never_is_refused_in_one_line(data):
     with pytest.raises(WxstatsError) as extra:
         cluster.check_complete(cluster.unpack(first, specs, refs), Coverage())
     assert "not planned" in str(extra.value)
+
+
+def test_a_workers_copy_that_has_read_still_travels(data):
+    """Dask may ask a worker to send its copy of the plan to another worker after it
+    read a sample with its own chunk reader (threads, open files): the copy is sent
+    without the reader, and the other worker reads the same values with its own."""
+    store, _, _ = data
+    copy = _source(xr.open_zarr(store, consolidated=False)).for_workers()
+    first = copy.read(2)
+    assert copy._chunks is not None  # opened where it read
+    again = pickle.loads(pickle.dumps(copy))
+    assert again._chunks is None
+    for name, block in again.read(2).items():
+        assert block.array.tobytes() == first[name].array.tobytes(), name
 
 
 def test_engine_choices_are_refused_in_one_line(data):

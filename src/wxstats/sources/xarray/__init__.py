@@ -436,6 +436,14 @@ class XarraySource:
         out._chunks = None
         return out
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the chunk reader (threads, open files): a copy opens its own
+        at first use. A worker that has read with it may be asked by Dask to send its
+        copy to another worker."""
+        state = dict(self.__dict__)
+        state["_chunks"] = None
+        return state
+
     def worker_inputs(self, index: int) -> dict[tuple[int, str], Any]:
         """What a copy made by :meth:`for_workers` cannot read by itself for sample
         ``index``, as dask arrays (lazy, computed on the workers): every raw piece
