@@ -88,13 +88,18 @@ def _rel(value: float, reference: float) -> float:
     return abs(float(value) / float(reference) - 1)
 
 
+def store_arguments(parser: argparse.ArgumentParser, gb: float, grid: tuple[int, int]) -> None:
+    """The store's size, grid, chunking and folder (bench_dask.py writes the same store)."""
+    parser.add_argument("--gb", type=float, default=gb, help=f"uncompressed size (default {gb})")
+    parser.add_argument("--grid", type=int, nargs=2, default=grid, metavar=("NY", "NX"))
+    parser.add_argument("--chunk", type=int, default=24, help="time steps per zarr chunk")
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gb", type=float, default=2.1, help="uncompressed size (default 2.1)")
-    parser.add_argument("--grid", type=int, nargs=2, default=(361, 720), metavar=("NY", "NX"))
-    parser.add_argument("--chunk", type=int, default=24, help="time steps per zarr chunk")
+    store_arguments(parser, 2.1, (361, 720))
     parser.add_argument("--threads", type=int, default=2, help="wxstats threads (default 2)")
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     parser.add_argument("--keep", action="store_true", help="keep the store")
     args = parser.parse_args()
 

@@ -275,3 +275,21 @@ def test_bench_blocks_prints_each_block_size_with_the_same_statistics(tmp_path):
     assert min(float(r[3]) for r in rows) == 1.0 and len({r[4] for r in rows}) == 1, text
     assert "the same statistics for every block size: yes" in text
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("wxstats-blocks-")]
+
+
+def test_bench_dask_prints_each_row_with_errors_against_the_reference(tmp_path):
+    pytest.importorskip("distributed")
+    text = _run(
+        "bench_dask.py",
+        *("--gb", "0.001", "--grid", "10", "12", "--chunk", "100", "--dir", str(tmp_path / "d")),
+        cwd=tmp_path,
+    )
+    rows = {}
+    for row in ("wxstats on the cluster (exact)", "xarray+dask float32", "xarray+dask float64"):
+        match = re.search(re.escape(row) + r"\s+[0-9.]+\s+[0-9.]+\s+t2m: (\S+) / (\S+)", text)
+        assert match, text
+        rows[row] = (float(match.group(1)), float(match.group(2)))
+    assert "reference: numpy float64 2-pass" in text
+    # the exact sums round to the two-pass float64 reference, to its own precision
+    assert max(rows["wxstats on the cluster (exact)"]) < 1e-12, text
+    assert not list((tmp_path / "d").iterdir())  # the store was removed

@@ -32,6 +32,11 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     - ``block_mb``: memory per block of time steps (the bits never depend on it)
     - ``storage_options``: fsspec options for a URL (``endpoint_url``, ``anon``, ...)
     - ``threads``: threads (default: the available CPUs, at most 8)
+    - ``client``: a ``distributed.Client``: compute on its Dask cluster, each block on
+      a worker, the exact partials merged there (the same bytes; docs/dask.md)
+    - ``engine``: ``"auto"`` (default: the current ``distributed.Client`` for a
+      dask-backed Dataset, else this process), ``"dask"`` (the current client) or
+      ``"threads"`` (this process)
 
     >>> stats = wxstats.compute("meps.datastore.yaml", split="train")
     >>> stats.state.mean, stats.state.std, stats.state.diff[3].std

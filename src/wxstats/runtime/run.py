@@ -124,6 +124,14 @@ def compute_source(
         stats = Stats(source.kind, {})
     else:
         stats = acc.extract(source.streams, source.kind)
+    _record(stats, source, skipna, started, world_size=world.world_size, threads_per_rank=threads)
+    if checkpoint is not None:
+        stats.run["resumed_samples"] = checkpoint.done_before
+    return stats
+
+
+def _record(stats: Stats, source: Source, skipna: bool, started: float, **how: Any) -> None:
+    """The source's attributes and the run's record (``how``: its parallel layout)."""
     stats.attrs = stats.attrs or dict(source.attrs)
     stats.attrs["skipna"] = int(skipna)
     stats.run = {
@@ -133,14 +141,10 @@ def compute_source(
         "host": socket.gethostname(),
         "user": _user(),
         "python": platform.python_version(),
-        "world_size": world.world_size,
-        "threads_per_rank": threads,
+        **how,
         "samples": len(source),
         "bytes": sum(sample_sizes(source)),
     }
-    if checkpoint is not None:
-        stats.run["resumed_samples"] = checkpoint.done_before
-    return stats
 
 
 def _user() -> str:
@@ -150,19 +154,36 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def compute(path: str | Path | Any, **options: Any) -> Stats:
+def compute(
+    path: str | Path | Any, *, engine: str | None = None, client: Any = None, **options: Any
+) -> Stats:
     """Statistics of the dataset at ``path`` (one process, nothing written;
     ``threads`` as ``--threads``, by default the available CPUs, at most 8).
     ``path`` may be an ``xarray.Dataset`` already open (see docs/api.md).
+    On a Dask cluster (``client=``, ``engine="dask"``, or a dask-backed Dataset
+    while a ``distributed.Client`` is current): each sample on the workers, the
+    exact partials merged there (:mod:`wxstats.runtime.cluster`, docs/dask.md).
 
     >>> stats = wxstats.compute("meps.datastore.yaml", split="train")
     >>> stats.state.mean, stats.state.diff[3].std
     """
+    from wxstats.runtime.cluster import choose_client
+
     given = None if isinstance(path, (str, os.PathLike)) else path
     opts = ComputeOptions.of("" if given is not None else path, **options)
+    cluster = choose_client(engine, client, given)
     source = open_source(opts, given)
-    # the command's default (the bits never depend on it): a notebook is as fast as the shell
-    return compute_source(source, skipna=opts.skipna, threads=opts.threads or default_threads())
+    if cluster is None:
+        # the command's default (the bits never depend on it): a notebook is as fast as the shell
+        threads = opts.threads or default_threads()
+        return compute_source(source, skipna=opts.skipna, threads=threads)
+    from wxstats.runtime.cluster import compute_on_cluster
+
+    started = time.time()
+    sums, workers = compute_on_cluster(source, cluster, skipna=opts.skipna)
+    stats = sums.extract(source.streams, source.kind)
+    _record(stats, source, opts.skipna, started, engine="dask", workers=workers)
+    return stats
 
 
 @dataclass

@@ -61,6 +61,8 @@ class Capabilities:
     """It holds anemoi's statistics: ``--write-into`` them, ``--format anemoi``: a sidecar store."""
     maps_samples: bool = False
     """``read`` maps a sample's files (checks header and size, reads no value): cheap for all."""
+    workers: bool = False
+    """Samples are read on a Dask cluster's workers (:class:`WorkerSource`)."""
 
 
 class Source(Protocol):
@@ -153,6 +155,28 @@ class TimeAxisSource(Source, Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class WorkerSource(Source, Protocol):
+    """A source whose capabilities say ``workers``: its samples are read on a Dask
+    cluster's worker processes by a copy of it, sent there once."""
+
+    def for_workers(self) -> WorkerSource:
+        """A copy to send to other processes (no open file, no thread): it reads
+        there by itself, or from the values :meth:`worker_inputs` names."""
+        ...
+
+    def worker_inputs(self, index: int) -> dict[Any, Any]:
+        """What the copy cannot read by itself for sample ``index``: dask arrays,
+        computed on the workers and passed to its :meth:`read` as ``given``."""
+        ...
+
+    def read(self, index: int, given: Any = None) -> dict[str, Block]: ...
+
+
+def on_workers(source: Source) -> WorkerSource | None:
+    """``source`` as a :class:`WorkerSource` where its capabilities say so, else None."""
+    return cast("WorkerSource", source) if source.capabilities.workers else None
 
 
 def time_axis(source: Source) -> TimeAxisSource | None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from wxstats.sources.base import Capabilities
 
 KINDS: dict[str, Capabilities] = {
-    "xarray": Capabilities(what="a zarr/netCDF dataset", time_splits=True, state="time ranges"),
+    "xarray": Capabilities(
+        what="a zarr/netCDF dataset", time_splits=True, state="time ranges", workers=True
+    ),
     "npyfilesmeps": Capabilities(
         what="a neural-lam datastore", state="samples", neurallam_files=True, maps_samples=True
     ),

@@ -13,6 +13,8 @@ of ranks never change a bit.
 
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +29,7 @@ from wxstats.core.times import fmt_time
 from wxstats.sources.base import SampleSteps
 from wxstats.sources.kinds import KINDS
 from wxstats.sources.xarray.blocks import (
+    Pieces,
     chunk_bounds,
     finish_slab,
     first_values,
@@ -35,6 +38,7 @@ from wxstats.sources.xarray.blocks import (
     read_slab,
     read_static,
     shared_steps,
+    slab_pieces,
 )
 from wxstats.sources.xarray.decode import decoding, is_missing
 from wxstats.sources.xarray.fingerprint import coordinates, stored
@@ -185,6 +189,7 @@ class XarraySource:
             pool=self.options.pool,
         )
         self.attrs = self._attrs()
+        self._recipe: tuple[str, str, dict[str, Any]] | None = None
         self._chunks = self._chunk_reader(storage)
 
     def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
@@ -198,35 +203,62 @@ class XarraySource:
             store = given_zarr_store(self.parts[0].ds, names)
             if store is not None:
                 try:
-                    return ZarrChunkReader(store, {}, self.options.io_threads)
+                    return self._open_reader(("zarr", store, {}))
                 except Exception:  # what xarray opened and zarr cannot: xarray's reading
                     return None
             path = given_hdf5_file(self.parts[0].ds, names)
             if path is None:
                 return None
             try:
-                return Hdf5ChunkReader(path, self.options.io_threads)
+                return self._open_reader(("hdf5", path, {}))
             except Exception:  # what netCDF4 opened and h5py cannot: xarray's reading
                 return None
         if len(self.parts) != 1:
             return None
         if is_zarr(self.path):
             try:
-                return ZarrChunkReader(self.path, storage, self.options.io_threads)
+                return self._open_reader(("zarr", self.path, storage))
             except Exception as exc:  # zarr raises many kinds for what xarray opened
                 msg = f"{self.path}: cannot open with zarr: {first_line(exc)}"
                 raise InputError(msg) from None
         if is_url(self.path) or not is_hdf5(self.parts[0].path):
             return None
         try:
-            return Hdf5ChunkReader(self.parts[0].path, self.options.io_threads)
+            return self._open_reader(("hdf5", self.parts[0].path, {}))
         except Exception:  # what netCDF4 opened and h5py cannot: xarray's (slower) reading
             return None
 
+    def _open_reader(self, recipe: tuple[str, str, dict[str, Any]]) -> ChunkReader:
+        """The chunk reader of ``recipe`` (its kind, store or file, fsspec options),
+        remembered so that a copy on another process opens its own (:meth:`for_workers`)."""
+        kind, where, storage = recipe
+        if kind == "zarr":
+            reader: ChunkReader = ZarrChunkReader(where, storage, self.options.io_threads)
+        else:
+            reader = Hdf5ChunkReader(where, self.options.io_threads)
+        self._recipe = recipe
+        return reader
+
+    def _reader(self) -> ChunkReader | None:
+        """The chunk reader; a copy made by :meth:`for_workers` opens its own at first use."""
+        if self._chunks is None and self._recipe is not None:
+            with _OPENING:
+                if self._chunks is None:
+                    self._chunks = self._open_reader(self._recipe)
+        return self._chunks
+
     def _request(self, v: Variable, r0: int, r1: int, shared: tuple = ()) -> SlabRequest:
-        dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
-        order = tuple(dims.index(d) for d in (self.time_dim, *v.grid_dims, *v.feature_dims))
-        return SlabRequest(v.name, r0, r1, order, self._missing_ok[v.name], shared)
+        return SlabRequest(v.name, r0, r1, self._orders[v.name], self._missing_ok[v.name], shared)
+
+    @cached_property
+    def _orders(self) -> dict[str, tuple[int, ...]]:
+        """Each variable's stored axes in the order ``(time, grid..., features...)``."""
+        out = {}
+        for v in (v for v in self.vars if v.has_time):
+            dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
+            order = (self.time_dim, *v.grid_dims, *v.feature_dims)
+            out[v.name] = tuple(dims.index(d) for d in order)
+        return out
 
     @cached_property
     def _missing_ok(self) -> dict[str, bool]:
@@ -279,16 +311,23 @@ class XarraySource:
         return self._read_all([v], r0, r1)[v.name]
 
     def _read_all(
-        self, variables: list[Variable], r0: int, r1: int, shared: tuple = ()
+        self,
+        variables: list[Variable],
+        r0: int,
+        r1: int,
+        shared: tuple = (),
+        given: Pieces | None = None,
     ) -> dict[str, np.ndarray]:
         """Decoded ``(time, grid, features)`` values of steps ``[r0, r1)`` (``shared``:
-        the steps a neighbouring block reads too, see :class:`.SlabRequest`)."""
-        if self._chunks is None:
+        the steps a neighbouring block reads too, see :class:`.SlabRequest`; ``given``:
+        the raw values fetched already, :meth:`worker_inputs`)."""
+        reader = self._reader()
+        if reader is None:
             return {
-                v.name: read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim)
+                v.name: read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim, given)
                 for v in variables
             }
-        raw = self._chunks.read([self._request(v, r0, r1, shared) for v in variables])
+        raw = reader.read([self._request(v, r0, r1, shared) for v in variables])
         return {
             v.name: finish_slab(raw[v.name], self._decodings[(0, v.name)], v, self.path)
             for v in variables
@@ -304,16 +343,18 @@ class XarraySource:
     def _channels(v: Variable) -> np.ndarray:
         return np.arange(v.n_features, dtype=np.int64)
 
-    def read(self, index: int) -> dict[str, Block]:
+    def read(self, index: int, given: Pieces | None = None) -> dict[str, Block]:
+        """The blocks of sample ``index`` (``given``: on a cluster's worker, the raw
+        values :meth:`worker_inputs` named, computed there)."""
         block = self.blocks[index]
         b0, b1, r0 = block.start, block.stop, block.first
         shared = shared_steps(self.blocks, index)
-        arrays = self._read_all([v for v in self.vars if v.has_time], r0, b1, shared)
+        arrays = self._read_all([v for v in self.vars if v.has_time], r0, b1, shared, given)
         out = {}
         for v in self.vars:
             if not v.has_time:
                 array = (
-                    read_static(self.parts, v, self._decodings)
+                    read_static(self.parts, v, self._decodings, given)
                     if index == 0
                     else np.empty((0, v.n_grid, v.n_features), dtype=v.out_dtype)
                 )
@@ -381,15 +422,50 @@ class XarraySource:
                 out[name] = Block(array, self._channels(v), (0, max(off, 1)), diffs)
         return out
 
+    # -- on a cluster's workers ---------------------------------------------
+    def for_workers(self) -> XarraySource:
+        """A copy to send to a cluster's worker processes: the plan (blocks, splits,
+        variables, decodings, groups, weights) without the open Datasets or the chunk
+        reader's threads. It reads its blocks there with a chunk reader of its own,
+        opened from the same store or file (a path, or a given Dataset's untransformed
+        variables), or else from the raw values :meth:`worker_inputs` names, which the
+        Dataset's dask graph computes on the workers."""
+        self._orders, self._missing_ok  # noqa: B018 - computed here, where the data is open
+        out = copy.copy(self)
+        out.parts = [replace(p, ds=None) for p in self.parts]
+        out._chunks = None
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the chunk reader (threads, open files): a copy opens its own
+        at first use. A worker that has read with it may be asked by Dask to send its
+        copy to another worker."""
+        state = dict(self.__dict__)
+        state["_chunks"] = None
+        return state
+
+    def worker_inputs(self, index: int) -> dict[tuple[int, str], Any]:
+        """What a copy made by :meth:`for_workers` cannot read by itself for sample
+        ``index``, as dask arrays (lazy, computed on the workers): every raw piece
+        without a chunk reader; with one, only the variables without time (sample 0)."""
+        block = self.blocks[index]
+        wanted = [
+            v
+            for v in self.vars
+            if (not v.has_time and index == 0) or (v.has_time and self._chunks is None)
+        ]
+        return slab_pieces(self.parts, wanted, block.first, block.stop, self.time_dim, _lazy)
+
     def prefetch(self, index: int) -> None:
         """zarr: read ahead (see :meth:`.ZarrChunkReader.will_need`), so that a cold
         disk or an object store works while the kernel computes."""
-        if self._chunks is None:
+        reader = self._reader()
+        if reader is None:
             return
         block, shared = self.blocks[index], shared_steps(self.blocks, index)
         # the very requests read() makes: the reader keeps their chunk plans for it
         reqs = [self._request(v, block.first, block.stop, shared) for v in self.vars if v.has_time]
-        self._chunks.will_need(reqs)
+        reader.will_need(reqs)
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -476,7 +552,17 @@ class XarraySource:
     def close(self) -> None:
         if self._chunks is not None:
             self._chunks.close()
-        if self.given:
+        if self.given or any(p.ds is None for p in self.parts):
             return  # the caller's Dataset stays open for the caller
         for p in self.parts:
             p.ds.close()
+
+
+_OPENING = threading.Lock()
+"""Held while a worker's copy of a source opens its chunk reader (threads share it)."""
+
+
+def _lazy(variable: Any) -> Any:
+    """An ``xarray.Variable``'s values as a dask array: its own, or its lazily
+    indexed backend array's (read where the dask array is computed)."""
+    return variable.data if variable.chunks is not None else variable.chunk().data

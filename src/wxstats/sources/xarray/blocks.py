@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +153,35 @@ def shared_steps(blocks: list[TimeBlock], index: int) -> tuple[tuple[int, int], 
     return tuple(out)
 
 
+Pieces = Mapping[tuple[int, str], Any]
+"""Raw values already fetched (by a cluster's worker, :func:`slab_pieces`), by
+(part, variable), in ``(time, grid..., features...)`` order."""
+
+
+def slab_pieces(
+    parts: list[Part], variables: list[Variable], r0: int, r1: int, time_dim: str, lazy: Callable
+) -> dict[tuple[int, str], Any]:
+    """``lazy(variable)`` (a dask array) of each part's piece of steps ``[r0, r1)``
+    of ``variables`` (without time: the whole variable), in the order
+    :func:`read_slab` and :func:`read_static` take them as ``given``."""
+    out = {}
+    for i, p in enumerate(parts):
+        a, b = max(r0, p.start), min(r1, p.start + p.length)
+        for v in variables:
+            var = p.ds.variables[v.name]
+            if not v.has_time:
+                if i == 0:
+                    order = [var.dims.index(d) for d in (*v.grid_dims, *v.feature_dims)]
+                    out[(0, v.name)] = lazy(var).transpose(order)
+                continue
+            if a >= b:
+                continue
+            order = [var.dims.index(d) for d in (time_dim, *v.grid_dims, *v.feature_dims)]
+            piece = var.isel({time_dim: slice(a - p.start, b - p.start)})
+            out[(i, v.name)] = lazy(piece).transpose(order)
+    return out
+
+
 def read_slab(
     parts: list[Part],
     v: Variable,
@@ -160,8 +189,10 @@ def read_slab(
     r1: int,
     decodings: dict[tuple[int, str], Decoding],
     time_dim: str,
+    given: Pieces | None = None,
 ) -> np.ndarray:
-    """Decoded values of steps ``[r0, r1)`` of ``v`` as ``(time, grid, features)``."""
+    """Decoded values of steps ``[r0, r1)`` of ``v`` as ``(time, grid, features)``
+    (``given``: the raw pieces fetched already, see :data:`Pieces`)."""
     shape = (r1 - r0, v.n_grid, v.n_features)
     order = (time_dim, *v.grid_dims, *v.feature_dims)
     out = None
@@ -169,12 +200,15 @@ def read_slab(
         a, b = max(r0, p.start), min(r1, p.start + p.length)
         if a >= b:
             continue
-        var = p.ds.variables[v.name]
         try:
-            # basic indexing only, then numpy's transpose: xarray's transpose of a lazily
-            # indexed backend array reads through vectorized indexing, ten times slower
-            piece = var.isel({time_dim: slice(a - p.start, b - p.start)})
-            raw = np.asarray(piece.values).transpose([var.dims.index(d) for d in order])
+            if given is not None:
+                raw = np.asarray(given[(i, v.name)])
+            else:
+                # basic indexing only, then numpy's transpose: xarray's transpose of a
+                # lazily indexed backend array reads through vectorized indexing, 10x slower
+                var = p.ds.variables[v.name]
+                piece = var.isel({time_dim: slice(a - p.start, b - p.start)})
+                raw = np.asarray(piece.values).transpose([var.dims.index(d) for d in order])
         except Exception as exc:  # storage errors of any backend
             raise InputError(
                 f"{p.path}: variable {v.name}: cannot read {time_dim} steps "
@@ -203,13 +237,21 @@ def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable, path: str) -> np.nd
     return out
 
 
-def read_static(parts: list[Part], v: Variable, decodings: dict[tuple[int, str], Decoding]):
+def read_static(
+    parts: list[Part],
+    v: Variable,
+    decodings: dict[tuple[int, str], Decoding],
+    given: Pieces | None = None,
+):
     """Decoded values of a variable without time, as ``(1, grid, features)``."""
     out = np.empty((1, v.n_grid, v.n_features), dtype=v.out_dtype)
-    var = parts[0].ds.variables[v.name]
     try:
-        order = [var.dims.index(d) for d in (*v.grid_dims, *v.feature_dims)]
-        raw = np.asarray(var.values).transpose(order)  # as in read_slab
+        if given is not None:
+            raw = np.asarray(given[(0, v.name)])
+        else:
+            var = parts[0].ds.variables[v.name]
+            order = [var.dims.index(d) for d in (*v.grid_dims, *v.feature_dims)]
+            raw = np.asarray(var.values).transpose(order)  # as in read_slab
     except Exception as exc:  # storage errors of any backend
         raise InputError(
             f"{parts[0].path}: variable {v.name}: cannot read: {first_line(exc)}"
