@@ -6,5 +6,5 @@
 set -euo pipefail
 ANEMOI_VERSION="${ANEMOI_VERSION:-0.5.47}"
 exec bash "$(dirname "$0")/cached-env.sh" "anemoi-datasets-${ANEMOI_VERSION}" \
-    "import anemoi.datasets, netCDF4, zarr" no \
+    "import anemoi.datasets, anemoi.datasets.create, anemoi.datasets.commands, netCDF4, zarr" no \
     "anemoi-datasets==${ANEMOI_VERSION}" "zarr<=2.18.7" netCDF4

@@ -10,6 +10,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_under_basetemp(tmp_path_factory):
+    """The processes the tests start (torchrun leaves its logs in ``torchelastic_*``,
+    torch its compile caches, numba, dask and pip their own folders) write their
+    temporary files under pytest's folder, which goes with it (at the end of a run
+    that passed, or scripts/test.sh's own folder at its end), never into /tmp."""
+    import os
+    import tempfile
+
+    folder = tmp_path_factory.getbasetemp() / "tmp"
+    folder.mkdir(exist_ok=True)
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    yield
+    if saved is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved
+    tempfile.tempdir = None
+
+
 @pytest.fixture(scope="session")
 def meps_small(tmp_path_factory) -> Path:
     """A small MEPS-layout dataset: 5 analysis times x 2 members = 10 samples

@@ -114,6 +114,7 @@ def test_missing_chunk_with_a_number_fill_is_an_error_naming_the_key(tmp_path):
         compute(path, variables=["a"])
 
 
+@pytest.mark.filterwarnings("ignore:.*is missing from the store:UserWarning")  # the refusal's
 def test_missing_chunk_with_nan_fill_is_never_a_silent_number(tmp_path):
     path = _store_with_missing_chunk(tmp_path, fill_attr=True)
     with pytest.raises(InputError, match="variable a.*NaN values"):

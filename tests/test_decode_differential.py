@@ -212,7 +212,9 @@ def write(case: Case, path: Path) -> None:
             kwargs["zlib"] = case.fmt == "nc4-zlib"
             kwargs["shuffle"] = case.fmt == "nc4-zlib"
             kwargs["endian"] = "big" if case.big_endian else "native"
-        var = nc.createVariable("v", case.stored, ("time", "y", "x"), **kwargs)
+        with warnings.catch_warnings():  # the byte order is the endian kwarg, on purpose
+            warnings.filterwarnings("ignore", "endian-ness of dtype and endian kwarg")
+            var = nc.createVariable("v", case.stored, ("time", "y", "x"), **kwargs)
         var.set_auto_maskandscale(False)
         for name, value in case.attrs.items():
             var.setncattr(name, value)

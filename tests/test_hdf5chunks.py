@@ -154,6 +154,7 @@ def _unwritten_chunk_file(path, fill) -> np.ndarray:
     return values
 
 
+@pytest.mark.filterwarnings("ignore:.*is missing from the store:UserWarning")  # the refusal's
 def test_unwritten_chunk_reads_as_missing_where_its_fill_decodes_to_missing(tmp_path):
     values = _unwritten_chunk_file(tmp_path / "u.nc", fill=np.float32(-999.0))
     with pytest.raises(InputError, match="variable a.*NaN values"):

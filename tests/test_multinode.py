@@ -60,7 +60,12 @@ from distributed_helpers import (
     wxstats_cmd,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.multinode]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.multinode,
+    # the 11-sample dataset lacks a member on purpose (test_meps asserts that warning)
+    pytest.mark.filterwarnings("ignore:.*lack some of the members:UserWarning"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 

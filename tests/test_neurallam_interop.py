@@ -35,16 +35,20 @@ pytestmark = [
 ]
 
 SERVE_SCRIPT = """
-import json, sys
+import json, os, sys
 from neural_lam.datastore.npyfilesmeps import NpyFilesDatastoreMEPS
-ds = NpyFilesDatastoreMEPS(config_path=sys.argv[1])
-state = ds.get_standardization_dataarray(category="state")
-forcing = ds.get_standardization_dataarray(category="forcing")
-out = {k: state[k].values.astype(float).tolist() for k in state.data_vars}
-out["state_feature"] = [str(v) for v in state["state_feature"].values]
-out["forcing_mean"] = forcing["forcing_mean"].values.astype(float).tolist()
-out["forcing_std"] = forcing["forcing_std"].values.astype(float).tolist()
-print("JSON" + json.dumps(out))
+served = []
+for config in sys.argv[1:]:  # each datastore from its own folder, one start for all
+    os.chdir(os.path.dirname(config))
+    ds = NpyFilesDatastoreMEPS(config_path=config)
+    state = ds.get_standardization_dataarray(category="state")
+    forcing = ds.get_standardization_dataarray(category="forcing")
+    out = {k: state[k].values.astype(float).tolist() for k in state.data_vars}
+    out["state_feature"] = [str(v) for v in state["state_feature"].values]
+    out["forcing_mean"] = forcing["forcing_mean"].values.astype(float).tolist()
+    out["forcing_std"] = forcing["forcing_std"].values.astype(float).tolist()
+    served.append(out)
+print("JSON" + json.dumps(served))
 """
 
 
@@ -56,6 +60,33 @@ def tiny_meps(tmp_path_factory) -> Path:
     return config
 
 
+@pytest.fixture(scope="module")
+def constant_meps(tiny_meps, tmp_path_factory) -> tuple[Path, np.ndarray]:
+    """A copy whose pres_0g is constant over the split, computed with --min-std
+    (refused without it); and that constant field."""
+    copy = tmp_path_factory.mktemp("nl_constant") / "copy"
+    shutil.copytree(tiny_meps.parent, copy)
+    config = copy / tiny_meps.name
+    constant = []
+    for path in (copy / "samples" / "train").glob("nwp_*_mbr*.npy"):
+        x = np.load(path)
+        x[..., 0] = 1000.0  # pres_0g constant over the split
+        np.save(path, x)
+        constant.append(x[..., 0].astype(np.float64))
+    assert main(["compute", str(config), "--quiet", "--overwrite"]) == 2  # refused: std 0
+    assert main(["compute", str(config), "--quiet", "--overwrite", "--min-std", "1e-6"]) == 0
+    return config, np.concatenate(constant)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_meps, constant_meps) -> dict[Path, dict]:
+    """What neural-lam's MEPS datastore serves for each dataset, read by one process
+    (its start, importing neural-lam and torch, is most of the time)."""
+    configs = [tiny_meps, constant_meps[0]]
+    out = _neural_lam("-c", SERVE_SCRIPT, *map(str, configs), cwd=tiny_meps.parent)
+    return dict(zip(configs, json.loads(out.split("JSON", 1)[1]), strict=True))
+
+
 def _neural_lam(*args: str, cwd: Path) -> str:
     result = subprocess.run(
         [NEURALLAM_PYTHON, *args], capture_output=True, text=True, cwd=cwd, timeout=900
@@ -64,9 +95,8 @@ def _neural_lam(*args: str, cwd: Path) -> str:
     return result.stdout
 
 
-def test_neural_lam_datastore_serves_our_values(tiny_meps):
-    out = _neural_lam("-c", SERVE_SCRIPT, str(tiny_meps), cwd=tiny_meps.parent)
-    served = json.loads(out.split("JSON", 1)[1])
+def test_neural_lam_datastore_serves_our_values(tiny_meps, served):
+    served = served[tiny_meps]
     static = tiny_meps.parent / "static"
 
     def ours(name):
@@ -81,25 +111,15 @@ def test_neural_lam_datastore_serves_our_values(tiny_meps):
     assert served["forcing_mean"][0] == flux[0] and served["forcing_std"][0] == flux[1]
 
 
-def test_a_constant_field_with_min_std_standardizes_finite_in_neural_lam(tiny_meps, tmp_path):
-    copy = tmp_path / "copy"
-    shutil.copytree(tiny_meps.parent, copy)
-    config = copy / tiny_meps.name
-    constant = []
-    for path in (copy / "samples" / "train").glob("nwp_*_mbr*.npy"):
-        x = np.load(path)
-        x[..., 0] = 1000.0  # pres_0g constant over the split
-        np.save(path, x)
-        constant.append(x[..., 0].astype(np.float64))
-    assert main(["compute", str(config), "--quiet", "--overwrite"]) == 2  # refused: std 0
-    assert main(["compute", str(config), "--quiet", "--overwrite", "--min-std", "1e-6"]) == 0
-    served = json.loads(_neural_lam("-c", SERVE_SCRIPT, str(config), cwd=copy).split("JSON", 1)[1])
+def test_a_constant_field_with_min_std_standardizes_finite_in_neural_lam(constant_meps, served):
+    config, constant = constant_meps
+    served = served[config]
     assert served["state_std"][0] == np.float32(1e-6)
     for key in ("state_mean", "state_std", "state_diff_mean_standardized"):
         assert np.all(np.isfinite(served[key])), key
     assert np.all(np.asarray(served["state_diff_std_standardized"]) > 0)
     # what neural-lam does with them: (x - mean) / std, 0 for the constant field
-    standardized = (np.concatenate(constant) - served["state_mean"][0]) / served["state_std"][0]
+    standardized = (constant - served["state_mean"][0]) / served["state_std"][0]
     assert np.all(standardized == 0)
 
 

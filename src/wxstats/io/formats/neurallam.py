@@ -68,7 +68,9 @@ def parse_level_weights(text: str) -> dict[str, float]:
 
 
 def _checked_weight(level: str, weight: float) -> float:
-    if not (0.0 <= weight <= np.finfo(np.float32).max):
+    # a Python float against a Python float: 1e39 must not be cast to float32 (a
+    # RuntimeWarning "overflow encountered in cast" before the refusal)
+    if not (0.0 <= weight <= float(np.finfo(np.float32).max)):
         raise WxstatsError(
             f"the weight of level {level!r} is {weight}; a loss weight must be a finite number >= 0"
         )
