@@ -182,7 +182,9 @@ def test_two_outputs_on_one_file_are_refused_before_reading(store, tmp_path, cap
 
 
 @pytest.mark.parametrize("inside", [False, True])
-def test_an_output_on_or_inside_the_input_is_refused_even_with_overwrite(tmp_path, inside, capsys):
+def test_an_output_on_or_inside_the_input_is_refused_even_with_overwrite(
+    tmp_path, inside, capsys, monkeypatch
+):
     ds, _ = gridded(n_time=6)
     if inside:
         data = write_zarr(ds, tmp_path / "d.zarr")
@@ -192,7 +194,7 @@ def test_an_output_on_or_inside_the_input_is_refused_even_with_overwrite(tmp_pat
         ds.to_netcdf(data)
         target = data
     before = sorted((p.name, p.stat().st_size) for p in tmp_path.rglob("*"))
-    os.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # given back after the test: its folder may be removed
     args = ["compute", str(data), "--output", os.path.relpath(target), "--overwrite", "--quiet"]
     assert main(args) == 2
     err = capsys.readouterr().err
