@@ -52,6 +52,7 @@ __all__ = [
     "load_yaml",
     "parse_json",
     "read_json",
+    "owned_by_user",
     "read_own_json",
 ]
 
@@ -133,6 +134,13 @@ def read_json(path: str | Path, limit: int = JSON_LIMIT) -> Any:
     return parse_json(data, str(path), limit)
 
 
+def owned_by_user(st: os.stat_result) -> bool:
+    """Whether a file (its ``stat``) belongs to the running user (effective uid):
+    the one test of "ours" for the files wxstats leaves in folders others can
+    write. Without POSIX ownership (Windows) every file counts as the user's."""
+    return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+
+
 def read_own_json(path: str | Path, limit: int) -> Any:
     """The JSON file ``path`` if it may be one wxstats itself wrote into a folder
     others can write (a journal, a store's marker): opened without following a
@@ -150,7 +158,7 @@ def read_own_json(path: str | Path, limit: int) -> Any:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UntrustedInput(str(path), "it is not a regular file")
-        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        if not owned_by_user(st):
             raise UntrustedInput(
                 str(path), f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
             )

@@ -52,7 +52,7 @@ import warnings
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
-from wxstats.core.untrusted import UntrustedInput, read_own_json
+from wxstats.core.untrusted import UntrustedInput, owned_by_user, read_own_json
 from wxstats.io.locks import LOCK_NAME, FolderLock
 
 
@@ -326,7 +326,6 @@ def remove_stale(folder: Path, names: list[str]) -> list[str]:
     if not names or interrupted_write(folder) is not None:
         return []
     temps, links = temp_pattern(names), {backup_name(n) for n in names}
-    uid = os.geteuid() if hasattr(os, "geteuid") else None
     removed = []
     try:
         candidates = list(os.scandir(folder))
@@ -338,7 +337,7 @@ def remove_stale(folder: Path, names: list[str]) -> list[str]:
             continue
         try:
             st = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(st.st_mode) and (uid is None or st.st_uid == uid):
+            if stat.S_ISREG(st.st_mode) and owned_by_user(st):
                 os.unlink(entry.path)
                 removed.append(name)
         except OSError:

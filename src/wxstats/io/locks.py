@@ -53,6 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from wxstats.core.errors import WxstatsError
+from wxstats.core.untrusted import owned_by_user
 
 try:
     import fcntl
@@ -184,7 +185,7 @@ class FolderLock:
             return
         try:
             info = os.fstat(self.fd)
-            if info.st_uid != os.getuid() or info.st_nlink != 1:
+            if not owned_by_user(info) or info.st_nlink != 1:
                 return
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             hint = f"pid {os.getpid()} on {socket.gethostname()} since {when}\n"

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.untrusted import UntrustedInput, read_own_json
+from wxstats.core.untrusted import UntrustedInput, owned_by_user, read_own_json
 from wxstats.io.atomic import fsync_file
 from wxstats.io.journal import fsync_dir
 from wxstats.io.locks import LOCK_NAME
@@ -174,10 +174,6 @@ def _confined(root: Path, relative: object, staging: str, inside_staging: bool) 
     return True
 
 
-def _owned(st: os.stat_result) -> bool:
-    return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
-
-
 def _read_marker(root: Path, marker: Path) -> tuple[str, list[Step]]:
     """(staging folder's name, steps) of a marker that may be honoured; else
     refused in one line (see module docstring)."""
@@ -199,7 +195,7 @@ def _read_marker(root: Path, marker: Path) -> tuple[str, list[Step]]:
         st = os.lstat(root / staging)
     except OSError:
         raise _refused(marker, f"its staging folder {staging} is missing") from None
-    if not stat.S_ISDIR(st.st_mode) or not _owned(st):
+    if not stat.S_ISDIR(st.st_mode) or not owned_by_user(st):
         raise _refused(marker, f"its staging folder {staging} is not a folder of yours")
     steps = []
     for item in doc["steps"]:
@@ -253,7 +249,7 @@ def _remove_stale_staging(root: Path) -> None:
             st = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode) and _owned(st):
+        if stat.S_ISDIR(st.st_mode) and owned_by_user(st):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
