@@ -43,6 +43,10 @@ key() { printf '%s\n' "$BASE_PYTHON" "$PYVER" "$@" | cksum | cut -d' ' -f1; }
 if [ "$WITH_TORCH" = yes ]; then
     TORCH_DIR="$CACHE/torch-$(printf %s "$TORCH_REQ" | sed 's/^torch//; s/[^A-Za-z0-9.+-]//g')-py$PYVER"
     TORCH_KEY="$(key "$TORCH_REQ")"
+    # the tiers are built at the same time (scripts/test.sh): one makes the shared torch,
+    # the others wait for it here
+    exec 9>"$CACHE/.torch-py$PYVER.lock"
+    flock 9
     if [ "$(cat "$TORCH_DIR/.wxstats-key" 2>/dev/null)" != "$TORCH_KEY" ]; then
         rm -rf "$TORCH_DIR" "$TORCH_DIR.partial"
         # the torch of the interpreter running this (scripts/test.sh installed the pin
@@ -58,6 +62,8 @@ if [ "$WITH_TORCH" = yes ]; then
         echo "$TORCH_KEY" >"$TORCH_DIR.partial/.wxstats-key"
         mv "$TORCH_DIR.partial" "$TORCH_DIR"
     fi
+    flock -u 9
+    exec 9>&-
     ENV_KEY="$(key "$@" "$TORCH_DIR" "$TORCH_KEY")"
 else
     ENV_KEY="$(key "$@")"
