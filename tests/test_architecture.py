@@ -17,7 +17,6 @@ and may import anything. Imports inside functions count as much as those at the 
 from __future__ import annotations
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "parallel", "storage", "sources", "io", "runtime", "tools", "cli"},
 }
 ROOT_MODULES = {"wxstats", "wxstats.__main__"}
-MAX_LINES = 400
+MAX_LINES = 450
+"""The most lines a module may have (a failure above; no module is exempt)."""
 
 
 def _module_name(path: Path) -> str:
@@ -209,15 +209,14 @@ def test_nothing_below_the_cli_sees_argparse():
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_modules_say_what_they_own_and_long_ones_are_named(module):
-    """Every module opens with a docstring. Files follow concepts, so length is a
-    warning, not a failure (a hard cap split concepts into pairs of modules): one
-    over ``MAX_LINES`` is named in the test summary as a place to look."""
+def test_modules_say_what_they_own_and_stay_short(module):
+    """Every module opens with a docstring and has at most ``MAX_LINES`` lines: a
+    newcomer reads a module whole, and a longer one has always held two concerns
+    (``runtime/targets.py`` held the table and the pre-flight)."""
     path = MODULES[module]
     text = path.read_text()
     lines = text.count("\n")
-    if lines > MAX_LINES:
-        warnings.warn(f"{path.relative_to(PACKAGE)} has {lines} lines (>{MAX_LINES})", stacklevel=1)
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (>{MAX_LINES})"
     docstring = ast.get_docstring(ast.parse(text))
     assert docstring, f"{path.relative_to(PACKAGE)} opens without a docstring"
 

@@ -37,7 +37,6 @@ from wxstats.core.stats import (
     Stats,
     StreamLayout,
     StreamStats,
-    dataset_builder,
     weighting,
 )
 from wxstats.core.untrusted import parse_json
@@ -138,10 +137,9 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
     return data_vars, coords, attrs
 
 
-@dataset_builder
 def stats_dataset(stats: Stats):
     """The statistics as an ``xarray.Dataset`` (see module docstring): what
-    :meth:`Stats.to_xarray` returns, and what :func:`netcdf_writer` writes."""
+    :meth:`wxstats.io.result.Result.to_xarray` returns, and what :func:`netcdf_writer` writes."""
     import xarray as xr
 
     data_vars, coords, attrs = stats_variables(stats)
