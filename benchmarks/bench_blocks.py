@@ -30,7 +30,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from run import child_env  # benchmarks/, this script's folder
+from children import child_env  # benchmarks/, this script's folder
 
 VARIABLES = 10
 

@@ -57,7 +57,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from bench_zarr import evict, netcdf_copy, write_store  # noqa: E402  (benchmarks/ is here)
+from bench_zarr import netcdf_copy, write_store  # noqa: E402  (benchmarks/ is here)
+from children import evict  # noqa: E402
 from run import MEPS_GRID, spec_for  # noqa: E402
 
 PIECE = 8 << 20

@@ -51,6 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from children import child_env, evict  # benchmarks/, this script's folder
 
 LEVELS = [50, 100, 150, 200, 250, 300, 400, 500, 600, 700, 850, 925, 1000]
 GRID = (121, 240)
@@ -116,16 +117,6 @@ def write_store(path: Path, gb: float, batch: int = 16) -> int:
 
 def chunk_files(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file() and p.name[0] not in ".z"]
-
-
-def evict(files) -> None:
-    """Drop ``files`` from the page cache (cold reads; also used by run.py)."""
-    for path in files:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def store_files(path: Path) -> list[Path]:
@@ -244,8 +235,6 @@ def tiny_store(work: Path) -> Path:
 
 def startup(work: Path) -> tuple[float, float]:
     """Best of 3 wall times: ``wxstats compute`` on a tiny store, ``import numpy, xarray``."""
-    from run import child_env  # benchmarks/ (run.py imports this module: not at the top)
-
     tiny = tiny_store(work)
     env = child_env()
     out = work / "tiny.stats.nc"
@@ -257,8 +246,6 @@ def startup(work: Path) -> tuple[float, float]:
 
 def run_command(path: str, work: Path, extra: list[str] = ()) -> float:
     """``wxstats compute`` as a fresh process: the whole command, start-up included."""
-    from run import child_env  # benchmarks/ (run.py imports this module: not at the top)
-
     env = child_env()
     out = work / "bench.stats.nc"
     cmd = [sys.executable, "-m", "wxstats", "compute", path, "--quiet", "--overwrite"]

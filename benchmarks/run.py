@@ -47,24 +47,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from bench_zarr import evict  # noqa: E402  (benchmarks/ is this script's folder)
+from children import child_env, evict  # noqa: E402  (benchmarks/ is this script's folder)
 
 from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 
 GB = 1e9
 MEMBERS = 2
 MEPS_GRID = (238, 268)
-
-
-def child_env() -> dict[str, str]:
-    """A timed process's environment: this tree's ``src`` first, and its bytecode
-    kept (``PYTHONDONTWRITEBYTECODE`` dropped, as an installed package has its
-    ``.pyc`` files: compiling wxstats' sources cost ~0.1 s of every command)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(
-        os.pathsep
-    )
-    return env
 
 
 def run_child(args: list[str], cwd: Path | None = None) -> tuple[float, int, str]:

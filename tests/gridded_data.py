@@ -221,7 +221,9 @@ def slab_dataset(n_time: int = 23, seed: int = 5, q_dtype: str = "f4") -> xr.Dat
 def summary_text(stats) -> str:
     """Everything of a run's summary that depends on the data (not when or where
     it ran), to compare two runs byte for byte."""
-    summary = stats.to_summary()
+    from wxstats.io.formats.summary import summary_dict
+
+    summary = summary_dict(stats)
     for entry in (summary, *summary["splits"].values()):
         entry.pop("run", None)
     return repr(summary)

@@ -17,7 +17,6 @@ and may import anything. Imports inside functions count as much as those at the 
 from __future__ import annotations
 
 import ast
-import warnings
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"core", "parallel", "storage", "sources", "io", "runtime", "tools", "cli"},
 }
 ROOT_MODULES = {"wxstats", "wxstats.__main__"}
-MAX_LINES = 400
+MAX_LINES = 450
+"""The most lines a module may have (a failure above; no module is exempt)."""
 
 
 def _module_name(path: Path) -> str:
@@ -101,7 +101,33 @@ def test_no_import_points_up_or_sideways():
     assert not wrong, "imports against the layer order:\n" + "\n".join(sorted(wrong))
 
 
-def test_no_import_cycles():
+BENCHMARKS = PACKAGE.parents[1] / "benchmarks"
+
+
+def _benchmark_graph() -> dict[str, set[str]]:
+    """The benchmark scripts' imports of each other (``from run import ...``: they
+    run from their own folder), named ``benchmarks.NAME``, and of the package."""
+    scripts = {p.stem: p for p in sorted(BENCHMARKS.glob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for stem, path in scripts.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for name in names:
+                if name in scripts:
+                    found.add(f"benchmarks.{name}")
+                elif name in MODULES:
+                    found.add(name)
+        graph[f"benchmarks.{stem}"] = found
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import circle found by a depth-first walk (``a -> b -> a``)."""
     cycles = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -109,7 +135,7 @@ def test_no_import_cycles():
     def visit(module: str) -> None:
         state[module] = 1
         stack.append(module)
-        for target in sorted(GRAPH.get(module, ())):
+        for target in sorted(graph.get(module, ())):
             if target == module or target == "wxstats":
                 continue
             if state.get(target) == 1:
@@ -119,10 +145,26 @@ def test_no_import_cycles():
         stack.pop()
         state[module] = 2
 
-    for module in sorted(GRAPH):
+    for module in sorted(graph):
         if module not in state:
             visit(module)
+    return cycles
+
+
+def test_no_import_cycles():
+    """None in the package, nor among the benchmark scripts (``run.py`` and
+    ``bench_zarr.py`` imported each other until their shared helpers moved to
+    ``benchmarks/children.py``)."""
+    benchmarks = _benchmark_graph()
+    assert "benchmarks.run" in benchmarks, "no benchmark scripts found"
+    cycles = _cycles({**GRAPH, **benchmarks})
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_finder_sees_a_planted_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == ["a -> b -> c -> a"]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
 def _reached(module: str) -> set[str]:
@@ -167,15 +209,14 @@ def test_nothing_below_the_cli_sees_argparse():
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_modules_say_what_they_own_and_long_ones_are_named(module):
-    """Every module opens with a docstring. Files follow concepts, so length is a
-    warning, not a failure (a hard cap split concepts into pairs of modules): one
-    over ``MAX_LINES`` is named in the test summary as a place to look."""
+def test_modules_say_what_they_own_and_stay_short(module):
+    """Every module opens with a docstring and has at most ``MAX_LINES`` lines: a
+    newcomer reads a module whole, and a longer one has always held two concerns
+    (``runtime/targets.py`` held the table and the pre-flight)."""
     path = MODULES[module]
     text = path.read_text()
     lines = text.count("\n")
-    if lines > MAX_LINES:
-        warnings.warn(f"{path.relative_to(PACKAGE)} has {lines} lines (>{MAX_LINES})", stacklevel=1)
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (>{MAX_LINES})"
     docstring = ast.get_docstring(ast.parse(text))
     assert docstring, f"{path.relative_to(PACKAGE)} opens without a docstring"
 

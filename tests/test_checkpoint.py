@@ -24,7 +24,7 @@ from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
-from wxstats.runtime.resumable import Resumable, plan
+from wxstats.runtime.resumable import Resumable, resume_work
 from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
 
@@ -71,7 +71,7 @@ def test_resume_with_another_world_size_is_byte_identical(
     loaded = ck.load(empty_accumulator(source))
     done, carried = loaded.coverage, loaded.sums
     assert len(done.ranges) == 2 * first_world  # a MEPS part records sample files
-    work = plan(source, done)
+    work = resume_work(source, done)
     assert work.skipped == 2 * first_world and not work.partial
     remaining = work.todo
     total = carried
@@ -830,7 +830,7 @@ def test_a_block_partly_done_in_two_places_is_summed_in_two_pieces(tmp_path):
     whole = open_source(ComputeOptions(str(store), splits=splits, block_mb=float(_block_mb(40))))
     assert len(whole) == 1
     done = Checkpoint(ck, _fingerprint(whole)).load(empty_accumulator(whole)).coverage
-    assert plan(whole, done).partial == {
+    assert resume_work(whole, done).partial == {
         0: {"train": [(5, 10), (15, 24)], "val": [(24, 36)], "mid": [(18, 30)]}
     }
     resume = [*base, *[a.format(out) for a in run], "--checkpoint", str(ck), "--resume"]

@@ -8,7 +8,7 @@ import pytest
 
 from wxstats.cli import main
 from wxstats.runtime.options import ComputeOptions
-from wxstats.tools.inspect import Plan, inspect_dataset
+from wxstats.tools.inspect import Inspection, inspect_dataset
 
 
 def _tree(root) -> dict[str, tuple[int, int]]:
@@ -45,7 +45,7 @@ def test_plan_matches_the_files(meps_small):
 
 
 def test_estimate_uses_the_slower_rate():
-    plan = Plan("p", "k", "train", 1, [], int(10e9), "x", read_gbps=2.0, compute_gbps=0.5)
+    plan = Inspection("p", "k", "train", 1, [], int(10e9), "x", read_gbps=2.0, compute_gbps=0.5)
     assert plan.estimate_s == 20.0  # 10 GB at 0.5 GB/s with one thread
     plan.threads = 8
     assert plan.estimate_s == 5.0  # 4 GB/s of compute, the 2 GB/s read limits

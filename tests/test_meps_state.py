@@ -84,7 +84,7 @@ def test_a_state_covers_its_samples_and_keeps_no_edges(stores, meps_small):
     root, *_ = stores
     state = State.read(str(root / "a.wxstate"))
     assert state.samples == tuple(names(meps_small)[:5]) and state.times is None
-    assert state.part.heads == {} and state.part.tails == {}
+    assert state.partial.heads == {} and state.partial.tails == {}
     # compute --state also wrote the datastore's own static files
     assert (root / "a" / "static" / "parameter_mean.pt").is_file()
 

@@ -1,5 +1,6 @@
-"""One pre-flight (``runtime/targets.py``): ``inspect`` refuses what ``compute``
-refuses, with the same line, before either reads a value."""
+"""One pre-flight (``runtime/preflight.py``): ``inspect`` refuses what ``compute``
+refuses, with the same line, before either reads a value; ``merge`` refuses by
+the same steps; a target holding one split says so once, in its row."""
 
 from __future__ import annotations
 
@@ -110,3 +111,49 @@ def test_inspect_refuses_as_compute_for_anemoi(
     monkeypatch.chdir(tmp_path)
     _same_refusal(capsys, anemoi_dataset, args)
     assert list(tmp_path.iterdir()) == []
+
+
+def _facts(splits=("train",), steps=(1,)):
+    from wxstats.runtime.set_outputs import DataFacts
+
+    return DataFacts("d.zarr", splits=tuple(splits), diff_steps=tuple(steps))
+
+
+def test_every_one_split_target_refuses_several_splits_in_one_line():
+    """Each row declaring ``one_split`` (and ``one_step``) is refused by the one
+    check, naming this run's splits (and steps) and the flag to give."""
+    from wxstats.core.errors import WxstatsError
+    from wxstats.runtime.preflight import _refuse_several
+    from wxstats.runtime.targets import TARGETS
+
+    single = [t for t in TARGETS if t.one_split]
+    assert {t.name for t in single} >= {"--state", "--format makani", "--format aurora"}
+    for target in single:
+        _refuse_several("d.zarr", target, _facts())  # one split, one step: taken
+        with pytest.raises(WxstatsError) as err:
+            _refuse_several("d.zarr", target, _facts(splits=("a", "b")))
+        line = str(err.value)
+        assert line.startswith(f"d.zarr: {target.name} holds the statistics of one split")
+        assert "a, b" in line and "give one --split" in line and "\n" not in line
+        if target.one_step is not None:
+            with pytest.raises(WxstatsError, match="one --diff-steps"):
+                _refuse_several("d.zarr", target, _facts(steps=(1, 2)))
+        else:
+            _refuse_several("d.zarr", target, _facts(steps=(1, 2)))
+
+
+def test_merge_refuses_two_outputs_in_one_file_as_compute(tmp_path):
+    """``merge``'s pre-flight is compute's: the same line for the same mistake."""
+    from wxstats.core.errors import WxstatsError
+    from wxstats.runtime.options import ComputeOptions
+    from wxstats.runtime.preflight import merge_preflight
+    from wxstats.sources.kinds import capabilities_of
+
+    same = tmp_path / "x.out"
+    options = ComputeOptions(dataset="a.wxstate", output=same, summary=same)
+    with pytest.raises(WxstatsError, match="two outputs of this run are the same file"):
+        merge_preflight("a.wxstate", capabilities_of("xarray"), _facts(), options)
+    plan = merge_preflight(
+        "a.wxstate", capabilities_of("xarray"), _facts(), ComputeOptions(dataset="a", output=same)
+    )
+    assert list(plan.files) == [same] and plan.data == _facts()

@@ -458,7 +458,7 @@ def test_state_from_three_processes_is_the_same_state(data, tmp_path, monkeypatc
     one, many = State.read(str(root / "a.wxstate")), State.read(str(three))
     assert all(
         np.array_equal(x, y)
-        for x, y in zip(one.part.sums.pack(), many.part.sums.pack(), strict=True)
+        for x, y in zip(one.partial.sums.pack(), many.partial.sums.pack(), strict=True)
     )
     rest = [root / "b.zarr", root / "c.nc"]
     abc = update_chain(three, rest, tmp_path, last=["--nproc", "3"])

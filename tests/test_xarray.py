@@ -18,6 +18,7 @@ from reference import assert_close
 from wxstats.cli import main
 from wxstats.core.errors import InputError
 from wxstats.io.formats.netcdf import read_stats_file, stats_dataset
+from wxstats.io.formats.summary import summary_dict
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
@@ -46,7 +47,7 @@ def _stats(path, block_bytes=None, splits=SPLITS, steps=STEPS, **kw):
 
 def _bytes(stats, source) -> bytes:
     """Everything that depends on the data: the summary JSON and the netCDF values."""
-    summary = stats.to_summary()
+    summary = summary_dict(stats)
     for entry in (summary, *summary["splits"].values()):
         entry.pop("run", None)
         entry.pop("source")  # names the dataset

@@ -9,7 +9,8 @@ __all__ = ["__version__", "compute", "read"]
 
 def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     """Statistics of the dataset at ``path``, as ``wxstats compute`` computes them,
-    in this process, nothing written; returns a :class:`wxstats.core.stats.Stats`.
+    in this process, nothing written; returns a :class:`wxstats.io.result.Result`
+    (:class:`wxstats.core.stats.Stats` with ``to_xarray()`` and ``to_summary()``).
 
     ``path``: a neural-lam MEPS datastore YAML, a zarr store (folder or URL), a
     netCDF file or a quoted glob of them, an anemoi dataset, or an
@@ -55,5 +56,6 @@ def read(path, split=None):  # noqa: ANN001, ANN201 - thin lazy wrapper
     statistics file's levels, ``month``/``hour`` and ``diff_step``; flat
     features along ``{category}_feature`` where a format keeps only names."""
     from wxstats.io.read import read_stats
+    from wxstats.io.result import Result
 
-    return read_stats(path, split, exact=True)
+    return Result.of(read_stats(path, split, exact=True))

@@ -20,7 +20,6 @@ Everything describing the run rather than the data lives in ``Stats.run``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +39,6 @@ from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were de
     stream_name,
     units_coord,
 )
-from wxstats.core.errors import WxstatsError
 from wxstats.core.streams import (  # noqa: F401 - re-exported: they were defined here
     GROUP_DIMS,
     POOLED_ATTR,
@@ -52,8 +50,6 @@ from wxstats.core.streams import (  # noqa: F401 - re-exported: they were define
     with_feature_units,
 )
 
-CATEGORIES = ROLES
-"""A stream's roles (mllam-data-prep's *categories*), :data:`~wxstats.core.conventions.ROLES`."""
 VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
 """The per-feature statistics of a stream, as named in files."""
 DIFF_DIM = "diff_step"
@@ -268,51 +264,6 @@ class Stats:
                 category = stream.category if stream.category in ROLES else "state"
                 groups.setdefault(category, []).append(stream)
         return {c: concatenate(c, groups[c], chosen) for c in ROLES if c in groups}
-
-    def to_summary(self) -> dict[str, Any]:
-        """The statistics as plain data, the JSON summary's content
-        (:func:`wxstats.io.formats.summary.summary_dict`, registered with
-        :func:`summary_builder`, like :meth:`to_xarray`'s layout)."""
-        return _built("summary", "the JSON summary")(self)
-
-    def to_xarray(self) -> Any:
-        """Every stream's labelled view (:meth:`StreamStats.to_xarray`: feature
-        dimensions with their coordinates, a climatology's ``month``/``hour``,
-        ``diff_step``) in one ``xarray.Dataset``, each statistic named as the
-        statistics file a run writes names it (``t2m__train__mean``): that
-        file's variables, coordinates and attributes, in memory. The names are
-        the statistics file's (:func:`wxstats.io.formats.netcdf.stats_dataset`,
-        registered with :func:`dataset_builder`): core names no file."""
-        return _built("xarray", "the statistics file layout")(self)
-
-
-_BUILDERS: dict[str, Callable[[Stats], Any]] = {}
-"""What :meth:`Stats.to_xarray` and :meth:`Stats.to_summary` call: the io layer's
-layouts, registered when their modules are imported (every ``Stats`` that
-``wxstats.compute`` or ``wxstats.read`` returns has imported them)."""
-
-
-def _built(key: str, what: str) -> Callable[[Stats], Any]:
-    if key not in _BUILDERS:
-        raise WxstatsError(f"Stats needs {what}: import wxstats.io.read first")
-    return _BUILDERS[key]
-
-
-def dataset_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
-    """Register what :meth:`Stats.to_xarray` calls (the statistics file's layout)."""
-    _BUILDERS["xarray"] = build
-    return build
-
-
-def summary_builder(build: Callable[[Stats], Any]) -> Callable[[Stats], Any]:
-    """Register what :meth:`Stats.to_summary` calls (the JSON summary's schema)."""
-    _BUILDERS["summary"] = build
-    return build
-
-
-def summary_dict(stats: Stats) -> dict[str, Any]:
-    """The JSON summary of ``stats`` (kept for callers of 0.x: :meth:`Stats.to_summary`)."""
-    return stats.to_summary()
 
 
 def concatenate(name: str, streams: list[StreamStats], split: str | None = None) -> StreamStats:

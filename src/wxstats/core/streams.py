@@ -52,21 +52,6 @@ class StreamLayout:
     """Attributes of every statistic of the stream in a file (``pooled over``)."""
 
     @property
-    def prefix(self) -> str:
-        """The old name of :attr:`variable` (kept for callers of 0.x)."""
-        return self.variable
-
-    @property
-    def category(self) -> str:
-        """The old name of :attr:`role` (kept for callers of 0.x)."""
-        return self.role
-
-    @property
-    def unit_attribute(self) -> bool:
-        """The old, inverse name of :attr:`units_per_feature` (kept for callers of 0.x)."""
-        return not self.units_per_feature
-
-    @property
     def group_dims(self) -> tuple[str, ...]:
         """The feature dimensions that are a climatology's groups or years."""
         return tuple(d for d in self.feature_dims if d in GROUP_DIMS)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from wxstats.core.errors import WxstatsError
-from wxstats.core.stats import Stats
+from wxstats.io.result import Result
 from wxstats.runtime.engine import accumulate
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
@@ -47,14 +47,14 @@ def join(states: list[State | None]) -> State | None:
     return combine(given, allow_gap=True, verb="combine with")
 
 
-def final(state: State | None) -> Stats:
+def final(state: State | None) -> Result:
     """The statistics of every chunk added; refused (one line) with none, or a gap."""
     if state is None:
         raise WxstatsError("no chunk was added: no statistics")
     if state.attrs.get("gaps"):
         a, b = state.attrs["gaps"][0]
         raise WxstatsError(f"the chunks leave a gap from {a} to {b}: refused, no statistics")
-    return state_stats(state)
+    return Result.of(state_stats(state))
 
 
 def statistics_combiner(**options: Any) -> Any:
@@ -80,7 +80,7 @@ def statistics_combiner(**options: Any) -> Any:
         def merge_accumulators(self, accumulators: Any) -> State | None:
             return join(list(accumulators))
 
-        def extract_output(self, acc: State | None) -> Stats:
+        def extract_output(self, acc: State | None) -> Result:
             return final(acc)
 
     return ExactStatistics()

@@ -120,7 +120,7 @@ def placed(states: list[State], allow_gap: bool, verb: str) -> Placed:
     for other in states[1:]:
         refuse_mismatch(first, other.identity, other.name, verb)
     if first.times is None:  # no difference crosses two samples
-        out = Placed(states, [s.part for s in states])
+        out = Placed(states, [s.partial for s in states])
     else:
         out = _on_grid(states, verb)
     for i, j in combinations(range(len(states)), 2):
@@ -172,11 +172,11 @@ def _on_grid(ordered: list[State], verb: str) -> Placed:
 
     out = Placed(ordered, [])
     for state in ordered:
-        spans = list(zip(state.part.coverage.ranges[TIME], state.times.spans, strict=True))
-        part = state.part.moved(TIME, {a: place(state, t) for (a, _), (t, _, _) in spans})
-        out.partials.append(part)
+        spans = list(zip(state.partial.coverage.ranges[TIME], state.times.spans, strict=True))
+        moved = state.partial.moved(TIME, {a: place(state, t) for (a, _), (t, _, _) in spans})
+        out.partials.append(moved)
         for (a, b), (_, (first_time, last_time, _)) in zip(
-            part.coverage.ranges[TIME], spans, strict=True
+            moved.coverage.ranges[TIME], spans, strict=True
         ):
             out.starts[a], out.ends[b] = state, state
             out.time[a], out.time[b - 1] = first_time, last_time
@@ -216,18 +216,18 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
             total, first.specs, datasets=datasets, attrs=dict(first.attrs), path=first.path
         )
     static = [s.name for s in first.specs if not s.diff_steps]
-    for other, part in zip(ordered[1:], at.partials[1:], strict=True):
+    for other, partial in zip(ordered[1:], at.partials[1:], strict=True):
         for name in static:
             one, two = (
-                RunMoments({name: s.part.sums.streams[name]}).pack() for s in (first, other)
+                RunMoments({name: s.partial.sums.streams[name]}).pack() for s in (first, other)
             )
             if not np.array_equal(np.concatenate(one), np.concatenate(two)):
                 raise WxstatsError(
                     f"{other.name}: the static variable {name.split('__')[0]} differs from "
                     f"{first.name}'s; a static field must be the same in every range"
                 )
-        time_streams = {n: s for n, s in part.sums.streams.items() if n not in static}
-        part.sums = RunMoments(time_streams)  # a static field is counted once
+        time_streams = {n: s for n, s in partial.sums.streams.items() if n not in static}
+        partial.sums = RunMoments(time_streams)  # a static field is counted once
     cov, time = first.times, at.time
 
     def seam_at(series: str, pos: int, tail: Edges, head: Edges) -> RunMoments:
@@ -252,7 +252,7 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
 
 def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     """The statistics of a state, attributes saying what it covers."""
-    stats = state.part.extract(state.specs, state.identity["kind"])
+    stats = state.partial.extract(state.specs, state.identity["kind"])
     stats.attrs = dict(state.attrs)
     stats.attrs.pop("gaps", None)
     stats.attrs.pop("statistics_period", None)  # of the first range only: splits says all
@@ -291,7 +291,7 @@ class Growth:
         """Refuse, before any data is read, what cannot become a state or grow one:
         the state and the new data (a state without sums) as :func:`combine`
         places them, so an update takes whatever a merge of their states takes."""
-        # that the data can have a state: the pre-flight (runtime/targets.py) refused before
+        # that the data can have a state: the pre-flight (runtime/preflight.py) refused before
         base, name = self.base, source_name(source)
         identity = self.identity = identity_of(source, skipna)
         if base is None:
@@ -319,11 +319,11 @@ class Growth:
     def _check_tail(self, source: TimeAxisSource) -> None:
         """``update --only-new`` on data that holds the state's times too: its
         steps before the new ones must be the state's last steps, value for value
-        (else the old part changed and the state no longer describes it)."""
+        (else the old data changed and the state no longer describes it)."""
         base = self.base
         start = source.splits[0].start
-        cov, end = base.times, base.part.coverage.ranges[TIME][-1][1]
-        last = base.part.tails[(TIME, end)]  # the last range's last steps
+        cov, end = base.times, base.partial.coverage.ranges[TIME][-1][1]
+        last = base.partial.tails[(TIME, end)]  # the last range's last steps
         n = len(next(iter(last.values()))) if last else 0
         found = TimeCoverage.values_of(source.times[max(0, start - n) : start])
         expected = [cov.last - (cov.step or 0) * (n - 1 - i) for i in range(n)]

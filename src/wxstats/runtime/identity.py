@@ -2,14 +2,14 @@
 
 Every participant that joins sums computed apart (the ranks of a job, a
 checkpoint resumed, a state updated or merged) compares a :func:`run_identity`
-and refuses with :func:`first_difference`. It has three parts:
+and refuses with :func:`first_difference`. It has three sections:
 
 - ``data``: everything that changes a sum whatever the time steps: the kind
   of data, split name, variables with their features (in order), units and
   grid, the values and order of the grid's and every other non-time
   dimension's coordinates, difference steps, ``--skipna``, ``--by``,
   ``--weights``, a MEPS datastore's channels read and config file. A state
-  keeps this part: it grows only with data that matches it.
+  keeps this section: it grows only with data that matches it.
 - ``run``: which time steps (times, splits, ``--period``, a MEPS split's
   file names and sizes). The ranks of a job and a checkpoint must match it too.
 - ``job``: how the steps are cut into samples (their number and a digest of
@@ -21,7 +21,7 @@ and refuses with :func:`first_difference`. It has three parts:
   modification times, chunk listings): a checkpoint only, as ranks may read
   copies of the data staged on each node.
 
-``--threads``, ``--nproc`` and the block size are in none of the parts a
+``--threads``, ``--nproc`` and the block size are in none of the sections a
 checkpoint compares: they change no bit.
 """
 
@@ -39,16 +39,16 @@ from wxstats.sources.base import Source, sample_sizes
 from wxstats.sources.factory import describe_array_changes
 
 VERSION = 2
-"""Of the identity's layout (1: before the grid's coordinates were part of it)."""
+"""Of the identity's layout (1: before the grid's coordinates were in it)."""
 
-PARTS = {
+SECTIONS = {
     "state": ("data",),
     "ranks": ("data", "run", "job"),
     "checkpoint": ("data", "run", "files"),
 }
-"""Which parts each participant compares."""
+"""Which sections each participant compares."""
 
-_PART_NAMES = {p for parts in PARTS.values() for p in parts}
+_SECTION_NAMES = {s for sections in SECTIONS.values() for s in sections}
 
 _ORDER = (
     "data", "run", "job", "version", "kind", "split", "time_dim", "variables", "features", "units",
@@ -78,22 +78,22 @@ _NAMES = {
 
 
 def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[str, Any]:
-    """The parts of a run's identity over ``source`` that ``who`` compares (a
-    key of :data:`PARTS`; see module docstring)."""
-    files = "files" in PARTS[who]
+    """The sections of a run's identity over ``source`` that ``who`` compares (a
+    key of :data:`SECTIONS`; see module docstring)."""
+    files = "files" in SECTIONS[who]
     own = source.identity(files=files)
     whole = {
         "data": {"version": VERSION, **own.get("data", {}), "skipna": bool(skipna)},
         "run": own.get("run", {}),
         "files": own.get("files", {}) if files else {},
     }
-    if "job" in PARTS[who]:
+    if "job" in SECTIONS[who]:
         sizes = np.array(sample_sizes(source), dtype=np.int64)
         whole["job"] = {
             "samples": [len(source), hashlib.sha256(sizes.tobytes()).hexdigest()[:16]],
             "wxstats_version": __version__,
         }
-    return {p: whole[p] for p in PARTS[who]}
+    return {p: whole[p] for p in SECTIONS[who]}
 
 
 def _keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -202,14 +202,14 @@ def refuse_other_rank(mine: dict[str, Any], rank0: dict[str, Any], rank: int) ->
 def first_difference(
     a: dict[str, Any], b: dict[str, Any], here: str = "one", there: str = "the other"
 ) -> str | None:
-    """The first difference between two identities (or parts of them), in one
+    """The first difference between two identities (or sections of them), in one
     phrase naming what differs and how, with ``a`` called ``here`` and ``b``
     ``there``; None when they are the same."""
     a, b = json.loads(json.dumps(a, default=str)), json.loads(json.dumps(b, default=str))
     for p in _keys(a, b):
         x, y = a.get(p), b.get(p)
-        part = p in _PART_NAMES and isinstance(x, dict) and isinstance(y, dict)
-        found = _first(x, y, here, there) if part else _differ(p, x, y, here, there)
+        section = p in _SECTION_NAMES and isinstance(x, dict) and isinstance(y, dict)
+        found = _first(x, y, here, there) if section else _differ(p, x, y, here, there)
         if found:
             return found
     return None

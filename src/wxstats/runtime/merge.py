@@ -20,7 +20,6 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -31,9 +30,9 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import prepare_all
 from wxstats.runtime.grow import combine, state_stats
 from wxstats.runtime.options import ComputeOptions
-from wxstats.runtime.set_outputs import check_neurallam
+from wxstats.runtime.preflight import merge_preflight, refuse_merge_options
+from wxstats.runtime.set_outputs import DataFacts
 from wxstats.runtime.state import State, TimeCoverage
-from wxstats.runtime.targets import Target, chosen, refuse_merge_options
 from wxstats.sources.kinds import capabilities_of
 
 
@@ -44,7 +43,7 @@ def _neurallam(state: State) -> bool:
 
 def _refuse_output_options(state: State, options: ComputeOptions) -> None:
     """Outputs this state's kind of data does not have, refused as ``compute``'s
-    (:func:`wxstats.runtime.targets.refuse_merge_options`)."""
+    (:func:`wxstats.runtime.preflight.refuse_merge_options`)."""
     refuse_merge_options(state.name, capabilities_of(state.identity["kind"]), options)
 
 
@@ -164,13 +163,9 @@ def merge_states(
             raise WxstatsError(f"merge: give {what}, --summary FILE.json or --state FILE")
         if not _neurallam(first):  # beside the state and named after it
             options = replace(options, output=state.with_suffix(".stats.nc"))
-    targets, data = _targets(first, options), _datastore(first)
-    planned = [path for target in targets for path in target.paths(data, options)]
-    if len({p.resolve() for p in planned}) != len(planned):
-        raise WxstatsError("merge: --output, --summary and --state must be different files")
-    if output_dir is not None:  # neural-lam's files (refused above for other kinds of data)
-        check_neurallam(min_std)
-    prepared = prepare_all(dict.fromkeys(planned), overwrite)
+    caps = capabilities_of(first.identity["kind"])
+    plan = merge_preflight(first.name, caps, _facts(first), options)
+    prepared = prepare_all(dict.fromkeys(plan.files), overwrite)
     try:
         total = combine(states, allow_gap)
         stats = state_stats(total)
@@ -184,9 +179,9 @@ def merge_states(
         }
         writers = {
             path: writer
-            for target in targets
+            for target in plan.targets
             if target.writers
-            for path, writer in target.writers(data, stats, options).items()
+            for path, writer in target.writers(plan.data, stats, options).items()
         }
         if state is not None:
             writers[Path(state)] = total.writer()
@@ -205,19 +200,19 @@ def _read_states(paths: list[Path]) -> list[State]:
     return [State.read(str(p)) for p in paths]
 
 
-def _datastore(state: State) -> Any:
-    """What the targets ask of the data (neural-lam's: its step and levels), from the states."""
+def _facts(state: State) -> DataFacts:
+    """What the targets' paths and writers know of the data, from the first state:
+    its name, split and steps (neural-lam's also the levels of its features)."""
     from wxstats.core.conventions import levels_of
 
+    ident = state.identity
+    steps = tuple(int(k) for k in ident["diff_steps"])
     spec = next((s for s in state.specs if s.diff_steps), None)
-    step = int(state.identity["diff_steps"][0])
-    return SimpleNamespace(step_length=step, levels=lambda: levels_of(spec.long_names))
-
-
-def _targets(first: State, options: ComputeOptions) -> list[Target]:
-    """What ``compute`` writes for the states' kind of data, from its table
-    (:data:`~wxstats.runtime.targets.TARGETS`; the state file's writer is the
-    merged state's), neural-lam's files into a given ``--output-dir`` only (a
-    merge has no datastore to write beside)."""
-    caps = capabilities_of(first.identity["kind"])
-    return [t for t in chosen(caps, options) if options.output_dir or not t.beside_data]
+    neurallam = capabilities_of(ident["kind"]).neurallam_files
+    return DataFacts(
+        path=state.name,
+        splits=(ident["split"],),
+        diff_steps=steps,
+        step_length=steps[0] if neurallam else None,
+        levels=tuple(levels_of(spec.long_names)) if neurallam and spec else (),
+    )

@@ -25,8 +25,9 @@ from wxstats.io.storemarker import refuse_interrupted
 from wxstats.io.zarrstore import hold_store
 from wxstats.runtime.anemoi_outputs import check_missing
 from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.preflight import OutputPlan, preflight, refuse_options
 from wxstats.runtime.set_outputs import split_lengths
-from wxstats.runtime.targets import Plan, chosen, preflight, refuse_options, source_needs
+from wxstats.runtime.targets import source_needs
 from wxstats.sources import factory
 from wxstats.sources.base import Source
 from wxstats.sources.kinds import capabilities_of
@@ -121,13 +122,15 @@ def template_stats(source: Source, skipna: bool) -> Stats:
     return Stats(source.kind, streams, attrs=attrs, run={"wxstats_version": __version__})
 
 
-def plan_outputs(source: Source, options: ComputeOptions) -> Plan:
-    """The pre-flight of a run (:func:`wxstats.runtime.targets.preflight`), its
+def plan_outputs(source: Source, options: ComputeOptions) -> OutputPlan:
+    """The pre-flight of a run (:func:`wxstats.runtime.preflight.preflight`), its
     writers made from the template: what ``compute``, ``update`` and ``inspect`` refuse."""
     return preflight(source, options, template_stats(source, options.skipna))
 
 
-def prepare_outputs(source: Source, options: ComputeOptions, plan: Plan | None = None) -> Prepared:
+def prepare_outputs(
+    source: Source, options: ComputeOptions, plan: OutputPlan | None = None
+) -> Prepared:
     """Refuse up front (before hours of work) outputs that exist, cannot be
     written, or collide with the inputs or each other, and prepare each from
     the template (see module docstring): a format's refusal or a full disk
@@ -152,21 +155,24 @@ def write_outputs(
     extra: dict[Path, Writer] | None = None,
     *,
     prepared: Prepared | None = None,
+    plan: OutputPlan | None = None,
     before_renames: Callable[[], None] | None = None,
 ) -> list[Path]:
-    """Fill and rename the outputs ``prepared`` before the run (prepared now
-    without it), then write the stores in place; everything that can be refused
-    is refused first. ``extra``: writers of files another part planned (a state).
-    ``before_renames`` as :meth:`Prepared.commit`'s."""
+    """Fill and rename the outputs ``prepared`` before the run by ``plan`` (both
+    made now without them), then write the stores in place; everything that can
+    be refused is refused first. ``extra``: writers of files another part
+    planned (a state). ``before_renames`` as :meth:`Prepared.commit`'s."""
     own = prepared is None
+    if plan is None:
+        plan = plan_outputs(source, options) if own else preflight(source, options)
     if prepared is None:
-        prepared = prepare_outputs(source, options)
+        prepared = prepare_outputs(source, options, plan)
     try:
         outputs: dict[Path, Writer] = {}
         into = []
-        for target in chosen(source.capabilities, options):
+        for target in plan.targets:
             if target.writers is not None:
-                outputs.update(target.writers(source, stats, options))
+                outputs.update(target.writers(plan.data, stats, options))
             if target.into is not None:
                 into.append(target.into(source, stats, options))  # the values checked now
         outputs.update(extra or {})

@@ -44,7 +44,7 @@ SIGNAL_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 @dataclass
-class Plan:
+class ResumeWork:
     """What a resumed run still does: ``todo`` samples (in order), of which those
     in ``partial`` only over those steps; ``adds``: the steps each todo sample
     adds to the checkpoint; ``skipped``: the samples done entirely."""
@@ -55,10 +55,10 @@ class Plan:
     skipped: int = 0
 
 
-def plan(source: Source, done: Coverage) -> Plan:
+def resume_work(source: Source, done: Coverage) -> ResumeWork:
     """The samples of ``source`` with time steps not in ``done`` (the same on
     every rank: it depends on the source and ``done`` only)."""
-    out = Plan()
+    out = ResumeWork()
     for index in range(len(source)):
         spans = [s for s in source.covers(index).values() if s.start < s.stop]
         wants = Coverage(
@@ -132,7 +132,7 @@ class Resumable:
             carried = loaded.sums
             payload = zlib.compress(json.dumps(loaded.coverage.to_json()).encode())
         payload = world.broadcast_bytes("checkpoint/done", payload)
-        work = plan(source, Coverage.from_json(zlib.decompress(payload).decode()))
+        work = resume_work(source, Coverage.from_json(zlib.decompress(payload).decode()))
         self._adds, self.partial = work.adds, work.partial
         self.done_before = work.skipped
         self.started = True

@@ -33,6 +33,7 @@ from wxstats import __version__
 from wxstats.core.errors import Interrupted, WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Prepared
+from wxstats.io.result import Result
 from wxstats.parallel.job import ProgressSettings, Solo, World
 from wxstats.parallel.monitor import JobStopped
 from wxstats.runtime import preload
@@ -41,8 +42,8 @@ from wxstats.runtime.grow import Growth
 from wxstats.runtime.identity import run_identity
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source, plan_outputs, prepare_outputs, write_outputs
+from wxstats.runtime.preflight import preflight
 from wxstats.runtime.resumable import Resumable, resume_hint
-from wxstats.runtime.targets import preflight
 from wxstats.sources.base import Source, sample_sizes
 
 
@@ -156,7 +157,7 @@ def _user() -> str:
 
 def compute(
     path: str | Path | Any, *, engine: str | None = None, client: Any = None, **options: Any
-) -> Stats:
+) -> Result:
     """Statistics of the dataset at ``path`` (one process, nothing written;
     ``threads`` as ``--threads``, by default the available CPUs, at most 8).
     ``path`` may be an ``xarray.Dataset`` already open (see docs/api.md).
@@ -176,14 +177,14 @@ def compute(
     if cluster is None:
         # the command's default (the bits never depend on it): a notebook is as fast as the shell
         threads = opts.threads or default_threads()
-        return compute_source(source, skipna=opts.skipna, threads=threads)
+        return Result.of(compute_source(source, skipna=opts.skipna, threads=threads))
     from wxstats.runtime.cluster import compute_on_cluster
 
     started = time.time()
     sums, workers = compute_on_cluster(source, cluster, skipna=opts.skipna)
     stats = sums.extract(source.streams, source.kind)
     _record(stats, source, opts.skipna, started, engine="dask", workers=workers)
-    return stats
+    return Result.of(stats)
 
 
 @dataclass
@@ -288,7 +289,7 @@ def execute(
     release: Callable[[], None] = lambda: None  # noqa: E731
     try:
         source = open_source(options)
-        # every refusal of the outputs (targets.py), then of the state, before any data is read
+        # every refusal of the outputs (preflight.py), then of the state, before any data is read
         plan = plan_outputs(source, options) if world.rank == 0 else preflight(source, options)
         if growth is not None:
             growth.check(source, options.skipna)
@@ -321,7 +322,13 @@ def execute(
         if world.rank == 0:
             extra = growth.writers() if growth else {}
             written = write_outputs(
-                source, stats, options, extra, prepared=prepared, before_renames=outputs_final
+                source,
+                stats,
+                options,
+                extra,
+                prepared=prepared,
+                plan=plan,
+                before_renames=outputs_final,
             )
             outcome = Outcome(0, stats, written)
             _succeed(world, written)

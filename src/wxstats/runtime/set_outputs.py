@@ -3,10 +3,16 @@
 trainers load whole (neural-lam's ``static/``, ``--format makani``,
 ``graphcast``, ``ace``; nothing in such a set may be missing) and an
 mllam-data-prep store's statistics (``--write-into``).
+
+Paths and writers see the data only as :class:`DataFacts`, a frozen value
+made once by the pre-flight (from the source, or from the states a merge
+joins): what a file layout needs to know, never the source itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wxstats.core.conventions import MEPS_FLUX
@@ -16,6 +22,51 @@ from wxstats.io.atomic import Writer
 from wxstats.io.read import NETCDF_NAME
 from wxstats.runtime.options import ComputeOptions
 from wxstats.sources.base import NeuralLamSource, Source, TimeAxisSource, time_axis
+
+Grid = tuple[tuple[str, ...], tuple[int, ...]]
+"""A field's grid: its dimensions and their sizes."""
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the targets' paths and writers know of the data (module docstring)."""
+
+    path: str
+    """The dataset (an output's name stem; the store ``--write-into`` changes)."""
+    splits: tuple[str, ...] = ()
+    diff_steps: tuple[int, ...] = ()
+    grids: Mapping[str, Grid] = field(default_factory=dict)
+    """Each field with time, on its grid (makani's and ACE's files)."""
+    step_length: int | None = None
+    """A neural-lam datastore's step length in hours."""
+    levels: tuple[str, ...] = ()
+    """A neural-lam datastore's level of each feature."""
+    static_dir: Path | None = None
+    """Where neural-lam's files go without ``--output-dir``."""
+    inputs: tuple[str, ...] = ()
+    """The files read, which no output may replace."""
+
+    @staticmethod
+    def of_source(source: Source) -> DataFacts:
+        axis = time_axis(source)
+        meps: NeuralLamSource | None = source if source.capabilities.neurallam_files else None  # type: ignore[assignment]
+        splits = tuple(s.name for s in axis.splits) if axis else ((meps.split,) if meps else ())
+        return DataFacts(
+            path=str(source.path),
+            splits=splits,
+            diff_steps=tuple(axis.diff_steps) if axis else (),
+            grids={
+                v.name: (tuple(v.grid_dims), tuple(v.grid_sizes[d] for d in v.grid_dims))
+                for v in axis.vars
+                if v.has_time
+            }
+            if axis
+            else {},
+            step_length=meps.step_length if meps else None,
+            levels=tuple(meps.levels()) if meps else (),
+            static_dir=meps_static_dir(meps) if meps else None,
+            inputs=tuple(source.inputs()),
+        )
 
 
 # -- neural-lam's static/ files -----------------------------------------------------------
@@ -60,6 +111,76 @@ def neurallam_set(
     return outputs
 
 
+# -- the table's rows: statistics file, summary, state, Aurora's file ---------------------
+def static_dir(data: DataFacts, options: ComputeOptions) -> Path:
+    return Path(options.output_dir or data.static_dir or ".")
+
+
+def stats_file(data: DataFacts, options: ComputeOptions) -> list[Path]:
+    """``--output``; else beside a ``--state`` and named after it (the dataset's name
+    would make a second state of the same data clash), else the dataset's name."""
+    if options.output is not None:
+        return [Path(options.output)]
+    if options.state is not None:
+        return [Path(options.state).with_suffix(".stats.nc")]
+    from wxstats.sources.factory import output_stem
+
+    return [Path(options.output_dir or ".") / f"{output_stem(data.path)}.stats.nc"]
+
+
+def netcdf_writers(data: DataFacts, stats: Stats, options: ComputeOptions) -> dict[Path, Writer]:
+    from wxstats.io.formats.netcdf import netcdf_writer
+
+    return dict.fromkeys(stats_file(data, options), netcdf_writer(stats))
+
+
+def summary_writers(data: DataFacts, stats: Stats, options: ComputeOptions) -> dict[Path, Writer]:
+    from wxstats.io.formats.summary import summary_writer
+
+    return {Path(options.summary): summary_writer(stats)}
+
+
+def neurallam_writers(data: DataFacts, stats: Stats, options: ComputeOptions) -> dict[Path, Writer]:
+    static, floor, levels = static_dir(data, options), options.min_std, list(data.levels)
+    return neurallam_set(static, stats, data.step_length, levels, options.level_weights, floor)
+
+
+def check_state(source: Source, options: ComputeOptions) -> None:
+    from wxstats.runtime.state import coverage_of
+
+    coverage_of(source)  # now, not after the run: a cftime axis
+
+
+def graphcast_files(data: DataFacts, options: ComputeOptions) -> list[str]:
+    from wxstats.io.formats.graphcast import GRAPHCAST_FILES
+
+    return list(GRAPHCAST_FILES)
+
+
+def makani_files(data: DataFacts, options: ComputeOptions) -> list[str]:
+    from wxstats.io.formats.makani import makani_files as files
+
+    return list(files(data.diff_steps))
+
+
+def ace_files(data: DataFacts, options: ComputeOptions) -> list[str]:
+    from wxstats.io.formats.ace import ACE_FILES
+
+    return list(ACE_FILES)
+
+
+def aurora_writers(data: DataFacts, stats: Stats, options: ComputeOptions) -> Mapping[Path, Writer]:
+    from wxstats.io.formats.aurora import aurora_outputs
+
+    return aurora_outputs(stats, folder(options), data.splits[0])
+
+
+def aurora_files(data: DataFacts, options: ComputeOptions) -> list[str]:
+    from wxstats.io.formats.aurora import FILE
+
+    return [FILE]
+
+
 # -- the sets of one split: makani, GraphCast, ACE, ... -------------------------------------
 def folder(options: ComputeOptions) -> Path:
     """Where a set of files goes: ``--output-dir`` (default: here)."""
@@ -85,21 +206,19 @@ def grid_2d(source: TimeAxisSource) -> tuple[int, int]:
 
 
 def check_makani(source: TimeAxisSource, options: ComputeOptions) -> None:
-    """makani's files: one split, fields on one 2-D grid (H, W)."""
-    one_split(source, "makani")
+    """makani's files: fields on one 2-D grid (H, W) (one split: the target's)."""
     grid_2d(source)
     refuse_short_split(source, "makani", "time_diff_*_dt{k}.npy")
 
 
 def check_graphcast(source: TimeAxisSource, options: ComputeOptions) -> None:
-    """GraphCast's files hold one split and one difference step."""
-    one_split_and_step(source, "graphcast", "difference step")
+    """GraphCast's files need differences (one split, one step: the target's)."""
     refuse_short_split(source, "graphcast", "diffs_stddev_by_level.nc")
 
 
 def check_ace(source: TimeAxisSource, options: ComputeOptions) -> None:
-    """ACE's files: one split, one residual step, one field with time per variable name."""
-    one_split_and_step(source, "ace", "residual step")
+    """ACE's files: one field with time per variable name (one split, one residual
+    step: the target's)."""
     bad = [
         f"{v.name}: {'no time' if not v.has_time else ', '.join(v.feature_dims)}"
         for v in source.vars
@@ -113,57 +232,24 @@ def check_ace(source: TimeAxisSource, options: ComputeOptions) -> None:
     refuse_short_split(source, "ace", "scaling-residual.nc")
 
 
-def makani_writers(source: TimeAxisSource, stats: Stats, options: ComputeOptions):
+def makani_writers(data: DataFacts, stats: Stats, options: ComputeOptions):
     from wxstats.io.formats.makani import makani_outputs
 
-    split = source.splits[0].name
-    return makani_outputs(stats, folder(options), split, tuple(source.diff_steps), grid_2d(source))
+    ((_, shape),) = set(data.grids.values())  # one 2-D grid: check_makani
+    return makani_outputs(stats, folder(options), data.splits[0], data.diff_steps, shape)
 
 
-def graphcast_writers(source: TimeAxisSource, stats: Stats, options: ComputeOptions):
+def graphcast_writers(data: DataFacts, stats: Stats, options: ComputeOptions):
     from wxstats.io.formats.graphcast import graphcast_outputs
 
-    split, step = source.splits[0].name, source.diff_steps[0]
-    return graphcast_outputs(stats, folder(options), split, step)
+    return graphcast_outputs(stats, folder(options), data.splits[0], data.diff_steps[0])
 
 
-def ace_writers(source: TimeAxisSource, stats: Stats, options: ComputeOptions):
+def ace_writers(data: DataFacts, stats: Stats, options: ComputeOptions):
     from wxstats.io.formats.ace import ace_outputs
 
-    grids = {
-        v.name: (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims)) for v in source.vars
-    }
-    split, step = source.splits[0].name, source.diff_steps[0]
-    return ace_outputs(stats, folder(options), split, step, grids)
-
-
-def one_split(source: TimeAxisSource, fmt: str) -> str:
-    """The one split a format's files hold; else refused naming this run's."""
-    splits = [s.name for s in source.splits]
-    if len(splits) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format {fmt} writes the statistics of one split (this run has "
-            f"{', '.join(splits)}); give one --split"
-        )
-    return splits[0]
-
-
-def check_one_split(source: TimeAxisSource, fmt: str) -> None:
-    """A format whose file holds one split (Aurora's)."""
-    one_split(source, fmt)
-
-
-def one_split_and_step(source: TimeAxisSource, fmt: str, step_word: str) -> tuple[str, int]:
-    """The one split and one difference step a format's set of files holds; else
-    refused in one line saying what this run has."""
-    splits, steps = [s.name for s in source.splits], source.diff_steps
-    if len(splits) != 1 or len(steps) != 1:
-        raise WxstatsError(
-            f"{source.path}: --format {fmt} writes the statistics of one split and one "
-            f"{step_word} (this run has splits {', '.join(splits)} and steps "
-            f"{', '.join(map(str, steps))}); give one --split and one --diff-steps"
-        )
-    return splits[0], steps[0]
+    split, step = data.splits[0], data.diff_steps[0]
+    return ace_outputs(stats, folder(options), split, step, dict(data.grids))
 
 
 def split_lengths(source: Source) -> dict[str, int]:

@@ -22,8 +22,7 @@ from wxstats import __version__
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.conventions import long_name_coord, units_coord
 from wxstats.core.errors import WxstatsError
-from wxstats.core.partial import Coverage as Units
-from wxstats.core.partial import Partial
+from wxstats.core.partial import Coverage, Partial
 from wxstats.core.streams import Pooling, StreamLayout, StreamSpec, with_feature_units
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.wxstate import StateFile, read_state_file, state_writer
@@ -82,13 +81,8 @@ class TimeCoverage:
 
     @staticmethod
     def of_source(source: TimeAxisSource) -> TimeCoverage:
-        """The time steps of the one split of a run over ``source``."""
-        if len(source.splits) != 1:
-            names = ", ".join(s.name for s in source.splits)
-            raise WxstatsError(
-                f"{source.path}: a state keeps one split, this run has {len(source.splits)} "
-                f"({names}); give one --split"
-            )
+        """The time steps of the one split of a run over ``source`` (the state's
+        target holds one split: the pre-flight refused several)."""
         split = source.splits[0]
         times = source.times[split.start : split.stop]
         if times.dtype.kind not in "Miuf":
@@ -234,11 +228,11 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
 
 @dataclass
 class State:
-    """A statistics state (see module docstring): ``part``'s time positions are
+    """A statistics state (see module docstring): ``partial``'s time positions are
     the steps of ``times`` (:meth:`TimeCoverage.place`); a state of samples has
     no ``times`` and a unit per sample. ``path``: where it was read."""
 
-    part: Partial
+    partial: Partial
     specs: list[StreamSpec]
     times: TimeCoverage | None = None
     weights: dict[str, np.ndarray] = field(default_factory=dict)
@@ -249,7 +243,7 @@ class State:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return self.part.identity
+        return self.partial.identity
 
     @property
     def name(self) -> str:
@@ -258,7 +252,7 @@ class State:
     @property
     def samples(self) -> tuple[str, ...]:
         """A state of samples: their file names (``nwp_YYYYMMDDHH_mbrNNN.npy``), sorted."""
-        return tuple(self.part.coverage.ranges)
+        return tuple(self.partial.coverage.ranges)
 
     @property
     def text(self) -> str:
@@ -272,7 +266,7 @@ class State:
 
     # -- the file ---------------------------------------------------------------
     def writer(self) -> Writer:
-        ints, minimum, maximum = self.part.sums.pack()
+        ints, minimum, maximum = self.partial.sums.pack()
         meta = {
             "identity": self.identity,
             "coverage": self.times.to_json() if self.times else {"samples": list(self.samples)},
@@ -280,9 +274,9 @@ class State:
             "datasets": self.datasets,
             "attrs": self.attrs,
         }
-        ranges = self.part.coverage.ranges.get(TIME, ())
-        heads = [self.part.heads[(TIME, a)] for a, _ in ranges]
-        tails = [self.part.tails[(TIME, b)] for _, b in ranges]
+        ranges = self.partial.coverage.ranges.get(TIME, ())
+        heads = [self.partial.heads[(TIME, a)] for a, _ in ranges]
+        tails = [self.partial.tails[(TIME, b)] for _, b in ranges]
         edges = {  # each range's edges, one range after the other
             v: (np.concatenate([h[v] for h in heads]), np.concatenate([t[v] for t in tails]))
             for v in (heads[0] if heads else {})
@@ -307,9 +301,9 @@ class State:
             cov = meta["coverage"]
             times = None if "samples" in cov else TimeCoverage(**cov)
             edges = [{v: e[i] for v, e in data.edges.items()} for i in (0, 1)]
-            part = _partial(acc, meta["identity"], times, cov.get("samples", ()), *edges)
+            partial = _partial(acc, meta["identity"], times, cov.get("samples", ()), *edges)
             return State(
-                part, specs, times, data.weights, meta["datasets"], meta["attrs"], str(path)
+                partial, specs, times, data.weights, meta["datasets"], meta["attrs"], str(path)
             )
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise WxstatsError(
@@ -330,7 +324,7 @@ def _partial(
     the steps of ``times``, with its edges (the first and last ``min(reach, n)``
     steps of each range, one range after the other in ``head`` and ``tail``)."""
     if times is None:
-        return Partial(acc, Units({name: ((0, 1),) for name in samples}), identity)
+        return Partial(acc, Coverage({name: ((0, 1),) for name in samples}), identity)
     reach = max(identity["diff_steps"])
     heads, tails, ranges, at = {}, {}, [], 0
     for first, _, n in times.spans:
@@ -340,12 +334,12 @@ def _partial(
         tails[(TIME, b)] = {v: e[at : at + m] for v, e in tail.items()}
         ranges.append((a, b))
         at += m
-    return Partial(acc, Units({TIME: tuple(ranges)}), identity, reach, heads, tails)
+    return Partial(acc, Coverage({TIME: tuple(ranges)}), identity, reach, heads, tails)
 
 
 # -- what a source is, for a state -----------------------------------------------------
 def identity_of(source: Source, skipna: bool) -> dict[str, Any]:
-    """The identity two states must share to be combined: the ``data`` part of
+    """The identity two states must share to be combined: the ``data`` section of
     the run's identity (:mod:`wxstats.runtime.identity`)."""
     return run_identity(source, skipna, who="state")["data"]
 
@@ -380,8 +374,8 @@ def state_of_run(
 
 
 def coverage_of(source: Source) -> TimeCoverage | None:
-    """The time steps of a run over ``source`` (refused: several splits, times not
-    datetimes or numbers); None for data of samples (its capabilities say)."""
+    """The time steps of a run over ``source`` (refused: times not datetimes or
+    numbers); None for data of samples (its capabilities say)."""
     return TimeCoverage.of_source(source) if source.capabilities.state == "time ranges" else None
 
 

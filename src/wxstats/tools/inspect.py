@@ -31,7 +31,7 @@ from wxstats.sources.base import Source, sample_sizes
 
 
 @dataclass
-class Plan:
+class Inspection:
     """The answer of :func:`inspect_dataset`."""
 
     path: Path
@@ -118,9 +118,9 @@ def _arrays_into(source: Source) -> list[str]:
     return list(planned_variables(source.streams))
 
 
-def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
+def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Inspection:
     """The plan of a ``compute`` run with ``options``: refused as ``compute``
-    refuses, by the same pre-flight (:mod:`wxstats.runtime.targets`)."""
+    refuses, by the same pre-flight (:mod:`wxstats.runtime.preflight`)."""
     from wxstats.runtime.grow import Growth
     from wxstats.runtime.outputs import open_source, plan_outputs
     from wxstats.runtime.run import resumable
@@ -131,7 +131,7 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Plan:
     planned = plan_outputs(source, options)
     if growth is not None:
         growth.check(source, options.skipna)
-    plan = Plan(
+    plan = Inspection(
         path=Path(options.dataset),
         kind=source.kind,
         split=", ".join(options.splits) or "train",
@@ -183,7 +183,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def format_plan(plan: Plan) -> str:
+def format_plan(plan: Inspection) -> str:
     lines = [
         f"dataset:   {plan.path}",
         f"kind:      {plan.kind}, split {plan.split}",

@@ -37,7 +37,6 @@ from wxstats.core.stats import (
     Stats,
     StreamLayout,
     StreamStats,
-    dataset_builder,
     weighting,
 )
 from wxstats.core.untrusted import parse_json
@@ -76,16 +75,10 @@ def _diff_dim(stream: StreamStats, prefix: str, all_steps: set, coords: dict) ->
     """``diff_step``, or a dimension of the stream's own where a short split
     lacks some steps (absent, rather than NaN-filled by alignment) or where its
     steps span other times (a split on another time step)."""
-    shared = coords.get(SPAN_COORD)
+    shared = coords.get(DIFF_SPAN)
     if set(stream.diff) != all_steps or (shared and list(shared[1]) != _spans(stream)):
         return f"{prefix}{DIFF_DIM}"
     return DIFF_DIM
-
-
-SPAN_COORD = DIFF_SPAN
-"""The time span of each difference step (``6h``), a string coordinate along
-``diff_step`` (``{prefix}diff_span`` along ``{prefix}diff_step``); absent in
-files of a numeric time axis and in files written before spans were recorded."""
 
 
 def _spans(stream: StreamStats) -> list[str]:
@@ -94,7 +87,7 @@ def _spans(stream: StreamStats) -> list[str]:
 
 
 def _span_coord(diff_dim: str) -> str:
-    return diff_dim[: -len(DIFF_DIM)] + SPAN_COORD
+    return diff_dim[: -len(DIFF_DIM)] + DIFF_SPAN
 
 
 _PLAIN = ("count", "nan_count", "diff_count", "diff_mean_standardized", "diff_std_standardized")
@@ -138,10 +131,9 @@ def stats_variables(stats: Stats) -> tuple[dict, dict[str, Any], dict[str, Any]]
     return data_vars, coords, attrs
 
 
-@dataset_builder
 def stats_dataset(stats: Stats):
     """The statistics as an ``xarray.Dataset`` (see module docstring): what
-    :meth:`Stats.to_xarray` returns, and what :func:`netcdf_writer` writes."""
+    :meth:`wxstats.io.result.Result.to_xarray` returns, and what :func:`netcdf_writer` writes."""
     import xarray as xr
 
     data_vars, coords, attrs = stats_variables(stats)

@@ -1,7 +1,7 @@
 """The JSON summary (``--summary FILE.json``): floats that round-trip exactly.
 
-The content is :func:`summary_dict` (what :meth:`Stats.to_summary()
-<wxstats.core.stats.Stats.to_summary>` returns)
+The content is :func:`summary_dict` (what :meth:`Result.to_summary()
+<wxstats.io.result.Result.to_summary>` returns)
 (the MEPS schema: ``variables``, ``units``, ``state``, ``diff``, ``forcing``,
 ``static``, ``source``, ``warnings``, ``run``; zarr/netCDF runs add
 ``splits``). Python's ``json`` writes floats with ``repr``, the shortest string
@@ -25,7 +25,6 @@ from wxstats.core.stats import (
     StreamLayout,
     StreamStats,
     concatenate,
-    summary_builder,
 )
 from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
@@ -102,7 +101,6 @@ def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
     return summary
 
 
-@summary_builder
 def summary_dict(stats: Stats) -> dict[str, Any]:
     """The statistics as plain data, floats as float64 (exact through ``json``).
 
@@ -125,7 +123,7 @@ def summary_dict(stats: Stats) -> dict[str, Any]:
 
 
 def summary_writer(stats: Stats) -> Writer:
-    text = json.dumps(stats.to_summary(), indent=1) + "\n"
+    text = json.dumps(summary_dict(stats), indent=1) + "\n"
 
     def write(path: Path) -> None:
         path.write_text(text)
