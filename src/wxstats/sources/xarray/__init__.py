@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,8 @@ import numpy as np
 from wxstats.core.conventions import stream_name
 from wxstats.core.kernels import Block
 from wxstats.core.times import fmt_time
-from wxstats.sources.base import SampleSteps
-from wxstats.sources.kinds import KINDS
+from wxstats.sources.base import Capabilities, SampleSteps
+from wxstats.sources.kinds import Selection, SourceKind
 from wxstats.sources.xarray import record
 from wxstats.sources.xarray.blocks import (
     Pieces,
@@ -72,43 +72,31 @@ from wxstats.sources.xarray.weights import weigh, weight_field
 from wxstats.storage.chunks import ChunkReader, SlabRequest
 from wxstats.storage.urls import is_url
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "KIND", "XarraySource"]
 
-KIND = "xarray"
+LABEL = "xarray"
+CAPABILITIES = Capabilities(
+    what="a zarr/netCDF dataset", time_splits=True, state="time ranges", workers=True
+)
 DEFAULT_BLOCK_BYTES = 32 * 2**20
 """Decoded bytes per block (at least one storage chunk along time)."""
-
-
-@dataclass(frozen=True)
-class XarrayOptions:
-    """What selects data in a zarr/netCDF dataset (see module docstring)."""
-
-    splits: tuple[str, ...] = ()
-    variables: tuple[str, ...] | None = None
-    time_dim: str = "time"
-    diff_steps: tuple[int, ...] | None = None
-    feature_dims: tuple[str, ...] | None = None
-    block_bytes: int = DEFAULT_BLOCK_BYTES
-    storage_options: tuple[tuple[str, Any], ...] = ()
-    io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
-    period: str | None = None  # --period START/END: the statistics' time steps, in every split
-    by: str | None = None  # --by month|hour|year: statistics per group of time steps
-    weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
-    time_means: bool = False  # also the mean over time of every grid point (--format makani)
-    pool: tuple[str, ...] = ()  # --pool level: also statistics over these feature dimensions
 
 
 class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
-    kind = KIND
-    capabilities = KINDS[KIND]
+    kind = LABEL
+    capabilities = CAPABILITIES
     work_unit = "time block"
 
-    def __init__(self, path: str | Path | Any, options: XarrayOptions | None = None) -> None:
+    def __init__(self, path: str | Path | Any, options: Selection | None = None) -> None:
         """``path``: what the user named (see :mod:`.open`), or an ``xarray.Dataset``
-        already open, read through xarray as it is (see :func:`.open.given_dataset`)."""
-        self.options = options or XarrayOptions()
+        already open, read through xarray as it is (see :func:`.open.given_dataset`);
+        ``options``: what to read of it (every field of the selection)."""
+        options = options or Selection()
+        if options.block_bytes is None:
+            options = replace(options, block_bytes=DEFAULT_BLOCK_BYTES)
+        self.options = options
         self.time_dim = self.options.time_dim
         storage = dict(self.options.storage_options)
         given = given_dataset(path)
@@ -119,7 +107,7 @@ class XarraySource:
         first = self.parts[0].ds
         self.is_mdp = is_mdp(first)
         if self.is_mdp:
-            self.capabilities = replace(KINDS[KIND], mdp_store=True)
+            self.capabilities = replace(CAPABILITIES, mdp_store=True)
         self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
         check_sorted(self.times, self.time_dim, self._where)
         self.n_times = int(self.times.shape[0])
@@ -433,3 +421,12 @@ def _lazy(variable: Any) -> Any:
     """An ``xarray.Variable``'s values as a dask array: its own, or its lazily
     indexed backend array's (read where the dask array is computed)."""
     return variable.data if variable.chunks is not None else variable.chunk().data
+
+
+KIND = SourceKind(
+    LABEL,
+    CAPABILITIES,
+    recognises=lambda dataset, given: True,
+    opens=XarraySource,
+)
+"""Any dataset xarray opens (asked last: it takes what the other kinds do not)."""
