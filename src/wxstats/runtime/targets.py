@@ -6,7 +6,7 @@ it cannot take (``refuses``, with why), which output options it uses
 (``takes``), and its ``check``, ``paths`` and ``writers`` (files written
 all-or-nothing, :mod:`wxstats.io.atomic`) or ``into`` (a store rewritten in
 place after them). Options that select data are declared with the capability
-that takes them in :mod:`wxstats.runtime.options` (:data:`DATA_OPTIONS`). Every
+that takes them in :mod:`wxstats.runtime.data_options` (:data:`DATA_OPTIONS`). Every
 refusal line is built here, in one wording each:
 
 - ``{dataset}: {flags}: not for {what} ({why})`` -- an option this data or
@@ -69,7 +69,7 @@ GIVEN: dict[str, Callable[[ComputeOptions], str | None]] = {
 
 DATA_OPTIONS: dict[str, Option] = {o.flag: o for o in OPTIONS.values() if o.takes is not None}
 """Options that select data, by flag: the capability that takes each is declared with
-the option (:attr:`~wxstats.runtime.options.Option.takes`)."""
+the option (:attr:`~wxstats.runtime.option.Option.takes`)."""
 
 OUTPUT_OPTIONS: dict[str, str] = {
     "--min-std": "it floors what neural-lam divides by: neural-lam's static files, or an "
