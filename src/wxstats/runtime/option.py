@@ -15,10 +15,12 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wxstats.core.untrusted import parse_json
-from wxstats.sources.base import Capabilities
+
+if TYPE_CHECKING:  # sources.base imports numpy: not before the command has tuned the process
+    from wxstats.sources.base import Capabilities
 
 # -- how an option's text is read (ValueError or WxstatsError: refused, by its message) -----
 
