@@ -17,6 +17,8 @@ and may import anything. Imports inside functions count as much as those at the 
 from __future__ import annotations
 
 import ast
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -385,10 +387,15 @@ def test_the_process_checker_sees_planted_settings():
     assert sorted(int(hit.split(":")[0]) for hit in found) == [1, 2, 5, 6, 7, 8, 9, 10, 11]
 
 
+_KIND = re.compile(r"(^|_)kind$")
+"""A field naming a kind of data under any name: ``kind``, ``source_kind``, ``data_kind``."""
+
+
 def _kind_tests(path: Path) -> list[str]:
     """Where ``path`` branches on a kind of data's label or reaches past the
     source protocol: a comparison (``==``, ``!=``, ``in``, ``is``) of an
-    ``X.kind`` that is not a dtype's, or of an ``X["kind"]``; a ``getattr(source``."""
+    ``X.kind`` (or ``X.source_kind``, any field ending in ``kind``) that is not a
+    dtype's, or of an ``X["kind"]`` (``X["source_kind"]``); a ``getattr(source``."""
     tree = ast.parse(path.read_text(), str(path))
     name = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name
     found = []
@@ -396,8 +403,10 @@ def _kind_tests(path: Path) -> list[str]:
         if isinstance(node, ast.Compare):
             for side in (node.left, *node.comparators):
                 of_dtype = "dtype" in ast.unparse(side)
-                attr = isinstance(side, ast.Attribute) and side.attr == "kind" and not of_dtype
-                key = isinstance(side, ast.Subscript) and ast.unparse(side.slice) == "'kind'"
+                attr = isinstance(side, ast.Attribute) and _KIND.search(side.attr) and not of_dtype
+                key = isinstance(side, ast.Subscript) and _KIND.search(
+                    ast.unparse(side.slice).strip("'\"")
+                )
                 if attr or key:
                     found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
         elif (
@@ -435,9 +444,12 @@ def test_the_kind_checker_sees_planted_tests(tmp_path):
         '    if state.identity["kind"] in ("npyfilesmeps",):\n        pass\n'
         '    if getattr(source, "is_mdp", False):\n        pass\n'
         '    if a.dtype.kind == "f" or np.dtype(a).kind in "iu":\n        pass\n'
+        '    if stats.source_kind != "xarray":\n        pass\n'
+        '    if attrs["source_kind"] == "anemoi" or "meps" == a.data_kind:\n        pass\n'
+        "    if a.kindness == 1 or a.kinds == 2:\n        pass\n"
     )
     found = _kind_tests(bad)
-    assert [hit.split(":")[1] for hit in found] == ["5", "7", "9", "11"], found
+    assert [hit.split(":")[1] for hit in found] == ["5", "7", "9", "11", "15", "17", "17"], found
 
 
 DECOMPRESSION_HOME = "wxstats.storage.decompress"

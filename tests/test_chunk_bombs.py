@@ -297,9 +297,10 @@ def test_a_blocks_plan_is_cut_at_its_chunk_count_and_taken_by_its_read(tmp_path,
     store = tmp_path / "tiny.zarr"
     ds.to_zarr(store, zarr_format=2, encoding={"t2m": {"chunks": (1, 2)}}, consolidated=True)
     from wxstats.runtime.run import compute, compute_source
-    from wxstats.sources.xarray import XarrayOptions, XarraySource
+    from wxstats.sources.kinds import Selection
+    from wxstats.sources.xarray import XarraySource
 
-    source = XarraySource(str(store), XarrayOptions(io_threads=2))
+    source = XarraySource(str(store), Selection(io_threads=2))
     assert [b.stop - b.start for b in source.blocks] == [4] * 7 + [2]  # 10 chunks a step
     got = compute_source(source, threads=2).streams["t2m__train"]
     assert source._chunks._plans == {}  # every plan made for a read-ahead was taken

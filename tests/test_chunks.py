@@ -18,7 +18,8 @@ from numcodecs import Blosc
 
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
-from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.kinds import Selection
+from wxstats.sources.xarray import XarraySource
 from wxstats.storage.chunks import SharedChunks, SlabRequest
 from wxstats.storage.zarrchunks import ZarrChunkReader, chunk_codec
 
@@ -84,7 +85,7 @@ def _bytes(source):
 def test_whole_run_identical_to_the_xarray_path(tmp_path):
     ds, _ = gridded(n_time=40)
     ds.to_zarr(tmp_path / "g.zarr", encoding={v: {"chunks": None} for v in ds.data_vars})
-    opts = XarrayOptions(diff_steps=(1, 3), block_bytes=4000)
+    opts = Selection(diff_steps=(1, 3), block_bytes=4000)
     fast = XarraySource(tmp_path / "g.zarr", opts)
     slow = XarraySource(tmp_path / "g.zarr", opts)
     assert fast._chunks is not None
@@ -157,7 +158,7 @@ def test_each_chunk_is_decoded_once_though_two_blocks_read_it(tmp_path, monkeypa
     ds, _ = gridded(n_time=40)
     enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
     ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
-    opts = XarrayOptions(diff_steps=(1, 2), block_bytes=1)  # one chunk (3 steps) per block
+    opts = Selection(diff_steps=(1, 2), block_bytes=1)  # one chunk (3 steps) per block
     slow = XarraySource(tmp_path / "g.zarr", opts)
     slow._chunks.close()
     slow._chunks = None  # xarray's own indexing: the reference
@@ -178,7 +179,7 @@ def test_a_halo_longer_than_a_block_is_still_read_right(tmp_path):
     ds, _ = gridded(n_time=30)
     enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
     ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
-    opts = XarrayOptions(diff_steps=(1, 5), block_bytes=1)
+    opts = Selection(diff_steps=(1, 5), block_bytes=1)
     fast = XarraySource(tmp_path / "g.zarr", opts)
     slow = XarraySource(tmp_path / "g.zarr", opts)
     slow._chunks.close()
@@ -240,7 +241,7 @@ def test_a_blocks_chunk_plan_is_made_once_for_its_read_ahead_and_its_read(tmp_pa
     ds, _ = gridded(n_time=40)
     enc = {v: {"chunks": (3, *ds[v].shape[1:])} for v in ds.data_vars if "time" in ds[v].dims}
     ds.to_zarr(tmp_path / "g.zarr", encoding=enc)
-    source = XarraySource(tmp_path / "g.zarr", XarrayOptions(diff_steps=(1,), block_bytes=1))
+    source = XarraySource(tmp_path / "g.zarr", Selection(diff_steps=(1,), block_bytes=1))
     planned = []
     real = ZarrChunkReader._plan
 

@@ -10,7 +10,7 @@ from gridded_data import gridded, write_zarr
 from test_anemoi import make_dataset
 
 from wxstats.sources.factory import kind_of, open_source
-from wxstats.sources.kinds import capabilities_of
+from wxstats.sources.kinds import MODULES, Selection, capabilities_of, kind_named
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +31,18 @@ def datasets(tmp_path_factory, meps_small):
 @pytest.mark.parametrize("name", ["MEPS datastore", "zarr store", "netCDF file", "anemoi dataset"])
 def test_capabilities_known_before_opening_are_the_opened_sources(datasets, name):
     path = datasets[name]
-    before = capabilities_of(kind_of(str(path)))
-    source = open_source(str(path))
-    assert source.capabilities == before, name
+    kind = kind_of(str(path))
+    before = capabilities_of(kind.label)  # what a state recording the label finds
+    source = open_source(str(path), Selection())
+    assert source.capabilities == before == kind.capabilities, name
+    assert source.kind == kind.label
     assert source.path is not None
 
 
 def test_a_given_dataset_is_read_as_xarray_data(datasets):
     with xr.open_zarr(datasets["zarr store"], consolidated=False) as ds:
-        before = capabilities_of(kind_of("in memory", ds))
-        source = open_source("in memory", given=ds)
+        before = kind_of("in memory", ds).capabilities
+        source = open_source("in memory", Selection(), given=ds)
         assert source.capabilities == before
         assert before.time_splits and not before.neurallam_files
 
@@ -58,3 +60,10 @@ def test_a_run_tells_the_kind_once(datasets, monkeypatch):
     source = open_run_source(ComputeOptions(dataset=str(datasets["anemoi dataset"])))
     assert source.kind == "anemoi"
     assert looks == [str(datasets["anemoi dataset"])]
+
+
+def test_every_kind_declares_itself_under_its_label():
+    """Each module named in the registry declares the kind of its label."""
+    for label in MODULES:
+        assert kind_named(label).label == label
+    assert capabilities_of("no such kind") == type(capabilities_of("xarray"))()

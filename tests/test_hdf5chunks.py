@@ -16,7 +16,8 @@ from gridded_data import gridded, slab_dataset, summary_text
 
 from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
-from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.kinds import Selection
+from wxstats.sources.xarray import XarraySource
 from wxstats.storage.chunks import SlabRequest
 from wxstats.storage.hdf5chunks import Hdf5ChunkReader, is_hdf5, unshuffle
 
@@ -88,7 +89,7 @@ def test_whole_run_identical_to_the_xarray_path_and_to_float64(tmp_path, encodin
         for v in ("t2m", "z")
     }
     ds.to_netcdf(tmp_path / "g.nc", engine="netcdf4", encoding=enc)
-    opts = XarrayOptions(diff_steps=(1, 3), block_bytes=4000)
+    opts = Selection(diff_steps=(1, 3), block_bytes=4000)
     fast = XarraySource(str(tmp_path / "g.nc"), opts)
     slow = XarraySource(str(tmp_path / "g.nc"), opts)
     assert isinstance(fast._chunks, Hdf5ChunkReader)
@@ -223,7 +224,7 @@ def test_a_file_h5py_cannot_open_is_read_through_xarray(tmp_path, monkeypatch):
         raise OSError("unable to lock file")
 
     monkeypatch.setattr(h5py, "File", refuse)
-    source = XarraySource(str(path), XarrayOptions(variables=("a",)))
+    source = XarraySource(str(path), Selection(variables=("a",)))
     assert source._chunks is None
     got = compute_source(source, threads=2).streams["a__train"]
     np.testing.assert_array_equal(got.mean, want.streams["a__train"].mean)

@@ -108,10 +108,11 @@ def test_weights_from_another_file(store, tmp_path):
 def test_cosines_are_the_c_library_ones(store):
     """The weights are cos(radians(lat)) of Python's math module, bit for bit
     (numpy's SIMD cosines may differ by an ulp between CPUs)."""
-    from wxstats.sources.xarray import XarrayOptions, XarraySource
+    from wxstats.sources.kinds import Selection
+    from wxstats.sources.xarray import XarraySource
 
     root, _, _ = store
-    source = XarraySource(root / "full.zarr", XarrayOptions(weights="coslat"))
+    source = XarraySource(root / "full.zarr", Selection(weights="coslat"))
     t2m = next(v for v in source.vars if v.name == "t2m")
     expected = [math.cos(math.radians(lat)) for lat in LATS for _ in range(7)]
     assert t2m.weights.tobytes() == np.array(expected).tobytes()

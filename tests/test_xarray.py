@@ -23,7 +23,8 @@ from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.options import ComputeOptions
 from wxstats.runtime.outputs import open_source
 from wxstats.runtime.run import compute, compute_source, partition
-from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.kinds import Selection
+from wxstats.sources.xarray import XarraySource
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -95,7 +96,7 @@ def test_block_size_and_format_never_change_a_bit(data):
         ("g.nc", 1),
         ("g.nc", 7 * per_step),
     ):
-        opts = XarrayOptions(splits=SPLITS, diff_steps=STEPS, block_bytes=budget)
+        opts = Selection(splits=SPLITS, diff_steps=STEPS, block_bytes=budget)
         source = XarraySource(root / name, opts)
         results.append((len(source), _stream_bytes(compute_source(source))))
     assert [n for n, _ in results] == [7, 4, 1, 50, 8]
@@ -106,7 +107,7 @@ def test_block_size_and_format_never_change_a_bit(data):
 def test_world_sizes_give_identical_bytes(data, world):
     """Simulated ranks: each reduces its contiguous blocks, merged in reverse."""
     root, _, _ = data
-    opts = XarrayOptions(splits=SPLITS, diff_steps=STEPS, block_bytes=6 * 6 * 7 * 40)
+    opts = Selection(splits=SPLITS, diff_steps=STEPS, block_bytes=6 * 6 * 7 * 40)
     source = XarraySource(root / "g.zarr", opts)
     whole = compute_source(source)
     total = empty_accumulator(source)
@@ -215,7 +216,7 @@ def test_irregular_split_names_first_bad_step(tmp_path):
         XarraySource(path)
     # splits on either side of the gap are regular; the gap holds no pair
     splits = ("a=2021-01-01T00/2021-01-01T07", "b=2021-01-01T10/2021-01-02")
-    source = XarraySource(path, XarrayOptions(splits=splits, diff_steps=(1, 2)))
+    source = XarraySource(path, Selection(splits=splits, diff_steps=(1, 2)))
     assert [(s.start, s.stop) for s in source.splits] == [(0, 8), (8, 12)]
     stats = compute_source(source)
     truth = gridded(n_time=12)[1]["t2m"]
@@ -338,7 +339,7 @@ def test_memory_stays_within_a_few_blocks(tmp_path):
     write_store(ds, tmp_path / "big.zarr", time_chunk=4)
     dataset_bytes = 3 * ds["t2m"].nbytes
     block = 2**20
-    source = XarraySource(tmp_path / "big.zarr", XarrayOptions(block_bytes=block))
+    source = XarraySource(tmp_path / "big.zarr", Selection(block_bytes=block))
     assert len(source) == 384 // 8 and dataset_bytes > 20 * block
     compute_source(source, threads=1)  # compile the kernel outside the measurement
     tracemalloc.start()

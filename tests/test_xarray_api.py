@@ -12,7 +12,8 @@ from gridded_data import assert_stream_matches, gridded, reference
 import wxstats
 from wxstats.cli import main
 from wxstats.core.errors import InputError
-from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.kinds import Selection
+from wxstats.sources.xarray import XarraySource
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -75,7 +76,7 @@ def test_dask_chunked_in_memory_dataset(data):
     stats = _run(chunked, variables=list(PLAIN))
     _against_reference(stats, truth)
     assert _values(stats) == _values(_run(root / "g.nc", variables=list(PLAIN)))
-    one_chunk = XarraySource(chunked, XarrayOptions(splits=SPLITS, block_bytes=1))
+    one_chunk = XarraySource(chunked, Selection(splits=SPLITS, block_bytes=1))
     starts = [b.start for b in one_chunk.blocks]
     assert starts == [0, 7, 14, 21, 28, 35, 42, 49]  # the dask chunks of 7 steps
 

@@ -15,7 +15,8 @@ from kerchunk.combine import MultiZarrToZarr
 from kerchunk.hdf import SingleHdf5ToZarr
 
 import wxstats
-from wxstats.sources.xarray import XarrayOptions, XarraySource
+from wxstats.sources.kinds import Selection
+from wxstats.sources.xarray import XarraySource
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -146,7 +147,7 @@ def test_dask_rechunked_zarr_store(data):
 def _reader(given) -> str:
     """Which reader a Dataset's variables are read with: the chunk reader's class, or
     ``NoneType`` for xarray's own reading."""
-    source = XarraySource(given, XarrayOptions(splits=SPLITS, diff_steps=STEPS))
+    source = XarraySource(given, Selection(splits=SPLITS, diff_steps=STEPS))
     try:
         return type(source._chunks).__name__
     finally:

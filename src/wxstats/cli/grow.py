@@ -1,7 +1,9 @@
 """The command line of statistics that grow: ``compute --state``, ``update``, ``merge``.
 
 Kept apart from :mod:`wxstats.cli.parser` so that each module stays short;
-the parser calls :func:`add_state_arguments` and :func:`add_grow_commands`.
+the parser calls :func:`add_grow_commands`. Their options are those declared
+for them (:mod:`wxstats.runtime.options`); ``update`` takes the selection of
+the data from the state, never from its command line.
 The work is :mod:`wxstats.runtime.grow` and :mod:`wxstats.runtime.merge`.
 """
 
@@ -21,8 +23,10 @@ examples:
 
 The statistics are the same bytes as one compute run over all the data. The new
 data must start one time step after the state's last time (a gap is refused
-unless --allow-gap) and have the state's variables, units, grid and options,
-which are taken from the state. A neural-lam datastore's update reads only the
+unless --allow-gap) and have the state's variables, units and grid. The options
+that select data (variables, steps, --skipna, --by, --weights, --pool...) are
+taken from the state: a file it records (--weights FILE:VAR) is recorded with
+its absolute path. A neural-lam datastore's update reads only the
 samples that are not in the state, and writes what compute writes: neural-lam's
 static files and wxstats_stats.nc, in the datastore's static/ or --output-dir.
 """
@@ -42,62 +46,9 @@ neural-lam's static files and wxstats_stats.nc, written in --output-dir.
 """
 
 
-def add_state_arguments(p: argparse.ArgumentParser) -> None:
-    """``compute --state FILE``."""
-    g = p.add_argument_group("statistics that grow with the data")
-    g.add_argument(
-        "--state",
-        type=Path,
-        metavar="FILE.wxstate",
-        help="also write the exact accumulator, to add later data with 'wxstats update' or "
-        "join other ranges or samples with 'wxstats merge' (one split); a zarr/netCDF run's "
-        "statistics file defaults to the state's name with .stats.nc",
-    )
-
-
-def _outputs(p: argparse.ArgumentParser) -> None:
-    from wxstats.cli.compute_args import level_weights, positive_float
-
-    p.add_argument(
-        "--output",
-        type=Path,
-        metavar="FILE.nc",
-        help="the statistics file of zarr/netCDF states (default: the new state's name with "
-        ".stats.nc)",
-    )
-    p.add_argument(
-        "--output-dir",
-        type=Path,
-        metavar="DIR",
-        help="neural-lam datastore states: write neural-lam's static files and "
-        "wxstats_stats.nc here (update's default: the datastore's static/, as compute)",
-    )
-    p.add_argument(
-        "--level-weights",
-        type=level_weights,
-        metavar="LEVEL=W,...",
-        help="neural-lam states: as compute's (a state does not keep it)",
-    )
-    p.add_argument(
-        "--min-std",
-        type=positive_float,
-        metavar="VALUE",
-        help="neural-lam states: as compute's (a state does not keep it)",
-    )
-    p.add_argument("--summary", type=Path, metavar="FILE.json", help="also write JSON")
-    p.add_argument("--state", type=Path, metavar="FILE.wxstate", help="write the grown state")
-    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    p.add_argument(
-        "--allow-gap",
-        action="store_true",
-        help="accept time steps missing between the ranges (no differences across a gap)",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only errors and warnings")
-
-
 def add_grow_commands(commands: argparse._SubParsersAction) -> None:
-    """The ``update`` and ``merge`` commands."""
-    from wxstats.cli.compute_args import add_parallel_arguments, positive_int, storage_option
+    """The ``update`` and ``merge`` commands (their options: those declared for them)."""
+    from wxstats.cli.compute_args import add_options
 
     update = commands.add_parser(
         "update",
@@ -113,7 +64,7 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
         "dataset",
         help="the new data: zarr store, netCDF file, quoted glob or neural-lam datastore YAML",
     )
-    _outputs(update)
+    add_options(update, "update")
     update.add_argument(
         "--only-new",
         action="store_true",
@@ -121,15 +72,6 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
         "the times after the state's last; its last time steps must be found unchanged (a "
         "datastore's update always reads only the samples not in the state)",
     )
-    update.add_argument("--threads", type=positive_int, help="threads per process")
-    update.add_argument(
-        "--storage-option",
-        type=storage_option,
-        action="append",
-        metavar="KEY=VALUE",
-        help="an fsspec option for a URL, as for compute",
-    )
-    add_parallel_arguments(update)
 
     merge = commands.add_parser(
         "merge",
@@ -140,53 +82,33 @@ def add_grow_commands(commands: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     merge.add_argument("states", type=Path, nargs="+", metavar="STATE", help=".wxstate files")
-    _outputs(merge)
+    add_options(merge, "merge")
 
 
 def run_update(args: argparse.Namespace, argv: list[str]) -> int:
     from wxstats.cli.commands import run_compute
+    from wxstats.cli.compute_args import given_options
     from wxstats.runtime.merge import update_options
 
     options = update_options(
         args.base,
         args.dataset,
         only_new=args.only_new,
-        output=args.output,
-        output_dir=args.output_dir,
-        level_weights=args.level_weights,
-        min_std=args.min_std,
-        summary=args.summary,
-        state=args.state,
-        overwrite=args.overwrite,
-        allow_gap=args.allow_gap,
-        threads=args.threads,
-        storage_options=tuple(args.storage_option or ()),
-        quiet=args.quiet,
-        nproc=args.nproc,
-        backend=args.backend,
-        device=args.device,
-        timeout=args.timeout,
         argv=tuple(argv),
+        **given_options(args, "update"),
     )
     return run_compute(options)
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from wxstats.cli.compute_args import given_options
     from wxstats.parallel.progress import plural
     from wxstats.runtime.merge import merge_states
     from wxstats.tools.report import format_table
 
-    stats, written = merge_states(
-        args.states,
-        output=args.output,
-        output_dir=args.output_dir,
-        level_weights=args.level_weights,
-        min_std=args.min_std,
-        summary=args.summary,
-        state=args.state,
-        overwrite=args.overwrite,
-        allow_gap=args.allow_gap,
-    )
+    given = given_options(args, "merge")
+    given.pop("quiet", None)
+    stats, written = merge_states(args.states, **given)
     for note in stats.warnings:
         print(f"wxstats: warning: {note}", file=sys.stderr)
     if not args.quiet:

@@ -1,7 +1,8 @@
 """The command line: the commands and their arguments, nothing else.
 
 :func:`build_parser` defines every command; the ``compute`` arguments and
-their validation live in :mod:`wxstats.cli.compute_args`.
+their validation come from the declaration of options
+(:mod:`wxstats.runtime.options`, turned into arguments by :mod:`wxstats.cli.compute_args`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from wxstats.cli.examples import (
     INSPECT_EPILOG,
     REPORT_EPILOG,
 )
-from wxstats.cli.grow import add_grow_commands, add_state_arguments
+from wxstats.cli.grow import add_grow_commands
 
 __all__ = ["build_parser", "compute_options"]
 
@@ -53,7 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_compute_arguments(compute)
-    add_state_arguments(compute)
     add_grow_commands(commands)
 
     example = commands.add_parser(
@@ -155,6 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=INSPECT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_compute_arguments(inspect)
+    add_compute_arguments(inspect, "inspect")
     inspect.add_argument("--no-measure", action="store_true", help="skip the timing (no estimate)")
     return parser

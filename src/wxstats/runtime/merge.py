@@ -1,8 +1,9 @@
 """``wxstats update`` and ``wxstats merge`` around :mod:`wxstats.runtime.grow`.
 
 ``update`` is a ``compute`` run over the new data with the state's selection
-(variables, steps, NaN handling, split name), so this module only builds its
-options; ``merge`` reads no data: it joins the states and writes.
+(every option declared with how a state fixes it, :mod:`wxstats.runtime.options`,
+and the split name), so this module only builds its options; ``merge`` reads
+no data: it joins the states and writes.
 
 What they write is what ``compute`` writes for the kind of data: a statistics
 file (``--output FILE.nc``) for zarr/netCDF states; for neural-lam MEPS states
@@ -29,7 +30,7 @@ from wxstats.core.errors import WxstatsError
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import prepare_all
 from wxstats.runtime.grow import combine, state_stats
-from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.options import OPTIONS, ComputeOptions, from_state
 from wxstats.runtime.preflight import merge_preflight, refuse_merge_options
 from wxstats.runtime.set_outputs import DataFacts
 from wxstats.runtime.state import State, TimeCoverage
@@ -50,35 +51,38 @@ def _refuse_output_options(state: State, options: ComputeOptions) -> None:
 def update_options(
     base_state: str | Path, dataset: str, only_new: bool = False, **options: Any
 ) -> ComputeOptions:
-    """The ``compute`` options of ``wxstats update``: the state's selection
-    (:func:`_sample_update` for a datastore's samples); for time ranges its
-    variables, steps and NaN handling, over every time step of ``dataset`` in
-    the state's split, or with ``only_new`` those after the state's last time
-    (a store appended in place; :meth:`Growth.check` then finds the state's
-    last steps unchanged in it). The statistics file defaults to the new
-    state's name (else the state's) with ``.stats.nc``."""
+    """The ``compute`` options of ``wxstats update``: the state's selection, every
+    option declared with how a state fixes it (:func:`~wxstats.runtime.options.from_state`:
+    variables, steps, NaN handling, ``--by``, ``--weights``, ``--pool``...), over
+    the new data in the state's split: a datastore's samples not in the state
+    (:meth:`Growth.check` leaves out those counted), or for time ranges every time
+    step of ``dataset``, or with ``only_new`` those after the state's last time
+    (a store appended in place; :meth:`Growth.check` then finds the state's last
+    steps unchanged in it). The statistics file defaults to the new state's name
+    (else the state's) with ``.stats.nc``."""
     from wxstats.core.times import fmt_time
     from wxstats.runtime.outputs import open_source
 
     state = State.read(str(base_state))
     given = {k: v for k, v in options.items() if v is not None}
     _refuse_output_options(state, ComputeOptions(dataset=state.name, **given))
+    selection = from_state(state)
+    fixed = sorted(set(given) & set(selection))
+    if fixed:
+        flags = ", ".join(OPTIONS[name].flag for name in fixed)
+        raise WxstatsError(f"{state.name}: {flags}: taken from the state, not given to update")
+    ident = state.identity
     if _neurallam(state):
-        return _sample_update(state, Path(base_state), dataset, **options)
+        return ComputeOptions(
+            dataset=dataset,
+            splits=(ident["split"],),
+            base_state=Path(base_state),
+            **selection,
+            **options,
+        )
     if options.get("output") is None and options.get("summary") is None:
         options["output"] = Path(options.get("state") or base_state).with_suffix(".stats.nc")
         _refuse_the_states_own_statistics(Path(base_state), options)
-    ident = state.identity
-    selection = {
-        # in the streams' order (the identity's is by name): the outputs' order as before
-        "variables": tuple(dict.fromkeys(s.layout.variable for s in state.specs if s.layout)),
-        "time_dim": ident["time_dim"],
-        "diff_steps": tuple(ident["diff_steps"]),
-        "feature_dims": tuple(sorted({d for v in ident["variables"] for d in v["feature_dims"]})),
-        "skipna": bool(ident["skipna"]),
-        "by": ident.get("by"),
-        "weights": (ident.get("weights") or {}).get("method"),
-    }
     storage = options.get("storage_options", ())
     probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))
     try:
@@ -112,21 +116,6 @@ def _refuse_the_states_own_statistics(base: Path, options: dict[str, Any]) -> No
             f"output exists: {output} (the statistics of {base}); give --state {base} "
             "--overwrite to grow the state and its statistics in place, or --output FILE.nc"
         )
-
-
-def _sample_update(of: State, base: Path, dataset: str, **options: Any) -> ComputeOptions:
-    """``wxstats update`` of a MEPS state: a run over the datastore's samples that
-    are not in the state (:meth:`Growth.check` leaves out those counted), with
-    the state's split and step length, writing neural-lam's files as ``compute`` does."""
-    ident = of.identity
-    return ComputeOptions(
-        dataset=dataset,
-        splits=(ident["split"],),
-        step_length=int(ident["diff_steps"][0]),
-        skipna=bool(ident["skipna"]),
-        base_state=base,
-        **options,
-    )
 
 
 def merge_states(

@@ -30,7 +30,7 @@ from wxstats.runtime.set_outputs import split_lengths
 from wxstats.runtime.targets import source_needs
 from wxstats.sources import factory
 from wxstats.sources.base import Source
-from wxstats.sources.kinds import capabilities_of
+from wxstats.sources.kinds import Selection
 
 
 def open_source(options: ComputeOptions, given: Any = None) -> Source:
@@ -41,12 +41,9 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
     if given is None and not options.write_into:  # --write-into repairs it (prepare_outputs)
         refuse_interrupted(options.dataset)
     kind = factory.kind_of(options.dataset, given)  # found once: it may open the zarr group
-    refuse_options(options, capabilities_of(kind))
+    refuse_options(options, kind.capabilities)
     weights, time_means = source_needs(options)
-    source = factory.open_source(
-        options.dataset,
-        given=given,
-        kind=kind,
+    selection = Selection(
         splits=options.splits,
         period=options.period,
         by=options.by,
@@ -62,6 +59,7 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
         io_threads=options.threads or 0,
         step_length=options.step_length,
     )
+    source = factory.open_source(options.dataset, selection, given=given, kind=kind)
     check_missing(source, options)
     return source
 

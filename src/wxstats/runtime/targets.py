@@ -7,9 +7,9 @@ it cannot take (``refuses``, with why), which output options it uses
 ``check``, ``paths`` and ``writers`` (files written all-or-nothing,
 :mod:`wxstats.io.atomic`) or ``into`` (a store rewritten in place after them).
 Paths and writers see the data as :class:`~wxstats.runtime.set_outputs.DataFacts`.
-Options that select data are declared in :data:`DATA_OPTIONS` by the
-capability that takes them. The one pre-flight that refuses by this table is
-:mod:`wxstats.runtime.preflight`. Adding a format is one module in
+Options that select data are declared with the capability that takes them
+in :mod:`wxstats.runtime.data_options` (:data:`DATA_OPTIONS` here). The one
+pre-flight that refuses by this table is :mod:`wxstats.runtime.preflight`. Adding a format is one module in
 :mod:`wxstats.io.formats` and one row here.
 """
 
@@ -25,7 +25,8 @@ from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer
 from wxstats.runtime import anemoi_outputs as anemoi
 from wxstats.runtime import set_outputs as sets
-from wxstats.runtime.options import ComputeOptions
+from wxstats.runtime.option import Option
+from wxstats.runtime.options import OPTIONS, ComputeOptions
 from wxstats.runtime.set_outputs import DataFacts
 from wxstats.sources.base import Capabilities
 
@@ -59,47 +60,9 @@ GIVEN: dict[str, Callable[[ComputeOptions], str | None]] = {
 "was this option given"."""
 
 
-@dataclass(frozen=True)
-class DataOption:
-    """An option that selects data: the data that takes it (``takes``, in words
-    ``where``), and a hint for the data that does not."""
-
-    takes: Callable[[Capabilities], bool]
-    where: str
-    hint: str = ""
-
-
-_GRIDDED_DATA = "zarr/netCDF datasets"
-_NOT_DATASTORES = "zarr/netCDF and anemoi datasets"
-
-
-def _splits(c: Capabilities) -> bool:
-    return c.time_splits
-
-
-DATA_OPTIONS: dict[str, DataOption] = {
-    "--split": DataOption(
-        lambda c: not c.anemoi_statistics,
-        "zarr/netCDF datasets and neural-lam datastores",
-        "anemoi's statistics are over every variable of one window: choose it with --period",
-    ),
-    "--variables": DataOption(_splits, _GRIDDED_DATA),
-    "--time-dim": DataOption(_splits, _GRIDDED_DATA),
-    "--diff-steps": DataOption(
-        lambda c: not c.neurallam_files, _NOT_DATASTORES, "a datastore's is --step-length"
-    ),
-    "--feature-dims": DataOption(_splits, _GRIDDED_DATA),
-    "--by": DataOption(_splits, _GRIDDED_DATA),
-    "--pool": DataOption(_splits, _GRIDDED_DATA),
-    "--weights": DataOption(_splits, _GRIDDED_DATA),
-    "--block-mb": DataOption(lambda c: not c.neurallam_files, _NOT_DATASTORES),
-    "--storage-option": DataOption(_splits, _GRIDDED_DATA),
-    "--step-length": DataOption(
-        lambda c: c.neurallam_files,
-        "neural-lam datastores",
-        "for zarr/netCDF give --diff-steps (in time steps)",
-    ),
-}
+DATA_OPTIONS: dict[str, Option] = {o.flag: o for o in OPTIONS.values() if o.takes is not None}
+"""Options that select data, by flag: the capability that takes each is declared with
+the option (:attr:`~wxstats.runtime.option.Option.takes`)."""
 
 OUTPUT_OPTIONS: dict[str, str] = {
     "--min-std": "it floors what neural-lam divides by: neural-lam's static files, or an "

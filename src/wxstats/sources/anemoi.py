@@ -33,8 +33,8 @@ from wxstats.core.conventions import span_name, span_seconds
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.streams import StreamSpec, listed_features
-from wxstats.sources.base import SampleSteps, parse_period
-from wxstats.sources.kinds import KINDS
+from wxstats.sources.base import Capabilities, SampleSteps, parse_period
+from wxstats.sources.kinds import Selection, SourceKind
 from wxstats.sources.xarray.blocks import TimeBlock, chunks_per_step, plan_blocks, shared_steps
 from wxstats.sources.xarray.fingerprint import array_fingerprints
 from wxstats.sources.xarray.timeaxis import Split, select, time_index
@@ -42,7 +42,12 @@ from wxstats.storage.chunks import SlabRequest
 from wxstats.storage.sizes import check_slab
 from wxstats.storage.zarrchunks import ZarrChunkReader
 
-KIND = "anemoi"
+LABEL = "anemoi"
+CAPABILITIES = Capabilities(
+    what="an anemoi dataset",
+    no_state="an anemoi dataset's statistics are rewritten whole, over its window",
+    anemoi_statistics=True,
+)
 STREAM = "data"
 SPLIT = "train"
 DEFAULT_BLOCK_BYTES = 32 * 2**20
@@ -102,8 +107,8 @@ def default_window(dates: np.ndarray) -> tuple[int, int]:
 class AnemoiSource:
     """Blocks of dates of an anemoi dataset (see module docstring)."""
 
-    kind = KIND
-    capabilities = KINDS[KIND]
+    kind = LABEL
+    capabilities = CAPABILITIES
     stream = STREAM
     work_unit = "time block"
 
@@ -198,7 +203,7 @@ class AnemoiSource:
             )
         ]  # fmt: skip
         self.attrs = {
-            "source": KIND,
+            "source": LABEL,
             "dataset": self.path,
             "statistics_start_date": anemoi_date(self.dates[self.start]),
             "statistics_end_date": anemoi_date(self.dates[self.stop - 1]),
@@ -367,7 +372,7 @@ class AnemoiSource:
         where = os.path.realpath(self.path)
         return {
             "data": {
-                "kind": KIND,
+                "kind": LABEL,
                 "features": list(self.variables),
                 "diff_steps": list(self.diff_steps),
             },
@@ -379,3 +384,23 @@ class AnemoiSource:
             if files
             else {},
         }
+
+
+def _open(dataset: Any, selection: Selection) -> AnemoiSource:
+    block = DEFAULT_BLOCK_BYTES if selection.block_bytes is None else selection.block_bytes
+    return AnemoiSource(
+        str(dataset),
+        period=selection.period,
+        diff_steps=selection.diff_steps,
+        block_bytes=block,
+        io_threads=selection.io_threads,
+    )
+
+
+KIND = SourceKind(
+    LABEL,
+    CAPABILITIES,
+    recognises=lambda dataset, given: given is None and is_anemoi(str(dataset)),
+    opens=_open,
+)
+"""An anemoi dataset: a zarr group with anemoi's marks (:func:`is_anemoi`)."""

@@ -28,10 +28,14 @@ from wxstats.core.errors import InputError
 from wxstats.core.kernels import Block
 from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.core.untrusted import load_yaml
-from wxstats.sources.base import SampleSteps, parse_period
-from wxstats.sources.kinds import KINDS
+from wxstats.sources.base import Capabilities, SampleSteps, parse_period
+from wxstats.sources.kinds import Selection, SourceKind
 from wxstats.sources.npy import load_npy, npy_header
 from wxstats.storage.readahead import prefetch_files
+
+CAPABILITIES = Capabilities(
+    what="a neural-lam datastore", state="samples", neurallam_files=True, maps_samples=True
+)
 
 FLUX_FIRST_STEP = 2
 """neural-lam uses the flux of the target steps only (the first two are inputs)."""
@@ -63,7 +67,7 @@ class MepsSource:
     """Samples of one split of a neural-lam MEPS datastore (see module doc)."""
 
     kind = "npyfilesmeps"
-    capabilities = KINDS[kind]
+    capabilities = CAPABILITIES
     work_unit = "sample"
 
     def __init__(
@@ -378,3 +382,21 @@ class MepsSource:
     def levels(self) -> list[str]:
         """Vertical level of each variable, for ``parameter_weights.npy``."""
         return levels_of(self.var_longnames)
+
+
+def _open(dataset: Any, selection: Selection) -> MepsSource:
+    """One split of a datastore (its folder, default ``train``)."""
+    if len(selection.splits) > 1:
+        raise InputError(f"{dataset}: a neural-lam datastore takes one --split per run")
+    split = selection.splits[0] if selection.splits else "train"
+    step, period = selection.step_length, selection.period
+    return MepsSource(str(dataset), split=split, step_length=step, period=period)
+
+
+KIND = SourceKind(
+    MepsSource.kind,
+    CAPABILITIES,
+    recognises=lambda dataset, given: given is None and str(dataset).endswith((".yaml", ".yml")),
+    opens=_open,
+)
+"""A neural-lam datastore: its YAML config."""

@@ -106,12 +106,12 @@ def summary_dict(stats: Stats) -> dict[str, Any]:
 
     The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
     ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
-    A zarr/netCDF run gives its first split at the top level and every split
-    under ``splits``. Only ``run`` describes the run: two runs over the same
-    data give equal summaries but for it.
+    Statistics whose streams name their splits (a zarr/netCDF run's) give the
+    first split at the top level and every split under ``splits``. Only ``run``
+    describes the run: two runs over the same data give equal summaries but for it.
     """
     splits = stats.splits()
-    if stats.source_kind != "xarray":
+    if not splits:  # streams of no named split (a datastore's, an anemoi dataset's)
         return _split_summary(stats, None)
     out = _split_summary(stats, splits[0])
     out["splits"] = {}

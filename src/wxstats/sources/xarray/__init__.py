@@ -4,7 +4,8 @@ The pipeline of this source, one module each: :mod:`.open` (what the user
 named, opened lazily without decoding), :mod:`.timeaxis` (files in time order,
 sortedness, spacing, splits), :mod:`.layout` (variables, features and grid;
 mllam-data-prep stores), :mod:`.decode` (packing and fill values) and
-:mod:`.blocks` (chunk-aligned samples, reading them).
+:mod:`.blocks` (chunk-aligned samples, reading them, through :mod:`.chunked`'s
+reader if any); :mod:`.record` says what it records (attributes, identity).
 
 The engine sums each time step on its own, with its own reference, before
 the exact accumulation, so the block size, the storage format and the number
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.conventions import stream_name
-from wxstats.core.errors import InputError, first_line
 from wxstats.core.kernels import Block
 from wxstats.core.times import fmt_time
-from wxstats.sources.base import SampleSteps
-from wxstats.sources.kinds import KINDS
+from wxstats.sources.base import Capabilities, SampleSteps
+from wxstats.sources.kinds import Selection, SourceKind
+from wxstats.sources.xarray import record
 from wxstats.sources.xarray.blocks import (
     Pieces,
     chunk_bounds,
@@ -40,8 +41,8 @@ from wxstats.sources.xarray.blocks import (
     shared_steps,
     slab_pieces,
 )
+from wxstats.sources.xarray.chunked import chunk_reader, open_reader
 from wxstats.sources.xarray.decode import decoding, is_missing
-from wxstats.sources.xarray.fingerprint import coordinates, stored
 from wxstats.sources.xarray.layout import (
     Variable,
     check_pool,
@@ -51,7 +52,6 @@ from wxstats.sources.xarray.layout import (
 )
 from wxstats.sources.xarray.open import (
     GIVEN,
-    GIVEN_DECODING,
     given_dataset,
     is_zarr,
     open_parts,
@@ -68,49 +68,35 @@ from wxstats.sources.xarray.timeaxis import (
     time_values,
     where_in,
 )
-from wxstats.sources.xarray.weights import grid_weights, weight_field
+from wxstats.sources.xarray.weights import weigh, weight_field
 from wxstats.storage.chunks import ChunkReader, SlabRequest
-from wxstats.storage.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
 from wxstats.storage.urls import is_url
-from wxstats.storage.zarrchunks import ZarrChunkReader, given_zarr_store
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "XarrayOptions", "XarraySource"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "KIND", "XarraySource"]
 
-KIND = "xarray"
+LABEL = "xarray"
+CAPABILITIES = Capabilities(
+    what="a zarr/netCDF dataset", time_splits=True, state="time ranges", workers=True
+)
 DEFAULT_BLOCK_BYTES = 32 * 2**20
 """Decoded bytes per block (at least one storage chunk along time)."""
-
-
-@dataclass(frozen=True)
-class XarrayOptions:
-    """What selects data in a zarr/netCDF dataset (see module docstring)."""
-
-    splits: tuple[str, ...] = ()
-    variables: tuple[str, ...] | None = None
-    time_dim: str = "time"
-    diff_steps: tuple[int, ...] | None = None
-    feature_dims: tuple[str, ...] | None = None
-    block_bytes: int = DEFAULT_BLOCK_BYTES
-    storage_options: tuple[tuple[str, Any], ...] = ()
-    io_threads: int = 0  # threads fetching and decompressing chunks (--threads); 0: the CPUs
-    period: str | None = None  # --period START/END: the statistics' time steps, in every split
-    by: str | None = None  # --by month|hour|year: statistics per group of time steps
-    weights: str | None = None  # --weights coslat|VAR|FILE:VAR: area-weighted statistics
-    time_means: bool = False  # also the mean over time of every grid point (--format makani)
-    pool: tuple[str, ...] = ()  # --pool level: also statistics over these feature dimensions
 
 
 class XarraySource:
     """Time blocks of a zarr/netCDF dataset, for every split (see module doc)."""
 
-    kind = KIND
-    capabilities = KINDS[KIND]
+    kind = LABEL
+    capabilities = CAPABILITIES
     work_unit = "time block"
 
-    def __init__(self, path: str | Path | Any, options: XarrayOptions | None = None) -> None:
+    def __init__(self, path: str | Path | Any, options: Selection | None = None) -> None:
         """``path``: what the user named (see :mod:`.open`), or an ``xarray.Dataset``
-        already open, read through xarray as it is (see :func:`.open.given_dataset`)."""
-        self.options = options or XarrayOptions()
+        already open, read through xarray as it is (see :func:`.open.given_dataset`);
+        ``options``: what to read of it (every field of the selection)."""
+        options = options or Selection()
+        if options.block_bytes is None:
+            options = replace(options, block_bytes=DEFAULT_BLOCK_BYTES)
+        self.options = options
         self.time_dim = self.options.time_dim
         storage = dict(self.options.storage_options)
         given = given_dataset(path)
@@ -121,7 +107,7 @@ class XarraySource:
         first = self.parts[0].ds
         self.is_mdp = is_mdp(first)
         if self.is_mdp:
-            self.capabilities = replace(KINDS[KIND], mdp_store=True)
+            self.capabilities = replace(CAPABILITIES, mdp_store=True)
         self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
         check_sorted(self.times, self.time_dim, self._where)
         self.n_times = int(self.times.shape[0])
@@ -177,7 +163,8 @@ class XarraySource:
         self._weights_identity: dict[str, Any] | None = None
         if self.options.weights:
             self.weight_field = weight_field(self.options.weights, first, self.path, storage)
-            self._weigh_variables()
+            field, first = self.weight_field, self.parts[0].ds
+            self._weights_identity = weigh(self.vars, field, first, self.path)
         self.streams = stream_specs(
             self.vars,
             self.splits,
@@ -188,63 +175,15 @@ class XarraySource:
             step_seconds={s.name: step_seconds(self.times, s) for s in self.splits},
             pool=self.options.pool,
         )
-        self.attrs = self._attrs()
-        self._recipe: tuple[str, str, dict[str, Any]] | None = None
-        self._chunks = self._chunk_reader(storage)
-
-    def _chunk_reader(self, storage: dict[str, Any]) -> ChunkReader | None:
-        """Chunk-by-chunk reading for a zarr store or one local netCDF4/HDF5 file
-        (see :mod:`.chunks`), and for a given Dataset whose variables are a local zarr
-        store's or one local netCDF4/HDF5 file's, untransformed
-        (:func:`.zarrchunks.given_zarr_store`, :func:`.hdf5chunks.given_hdf5_file`); other files
-        (netCDF3, a glob of files) and other Datasets are read through xarray."""
-        if self.given:
-            names = [v.name for v in self.vars if v.has_time]
-            store = given_zarr_store(self.parts[0].ds, names)
-            if store is not None:
-                try:
-                    return self._open_reader(("zarr", store, {}))
-                except Exception:  # what xarray opened and zarr cannot: xarray's reading
-                    return None
-            path = given_hdf5_file(self.parts[0].ds, names)
-            if path is None:
-                return None
-            try:
-                return self._open_reader(("hdf5", path, {}))
-            except Exception:  # what netCDF4 opened and h5py cannot: xarray's reading
-                return None
-        if len(self.parts) != 1:
-            return None
-        if is_zarr(self.path):
-            try:
-                return self._open_reader(("zarr", self.path, storage))
-            except Exception as exc:  # zarr raises many kinds for what xarray opened
-                msg = f"{self.path}: cannot open with zarr: {first_line(exc)}"
-                raise InputError(msg) from None
-        if is_url(self.path) or not is_hdf5(self.parts[0].path):
-            return None
-        try:
-            return self._open_reader(("hdf5", self.parts[0].path, {}))
-        except Exception:  # what netCDF4 opened and h5py cannot: xarray's (slower) reading
-            return None
-
-    def _open_reader(self, recipe: tuple[str, str, dict[str, Any]]) -> ChunkReader:
-        """The chunk reader of ``recipe`` (its kind, store or file, fsspec options),
-        remembered so that a copy on another process opens its own (:meth:`for_workers`)."""
-        kind, where, storage = recipe
-        if kind == "zarr":
-            reader: ChunkReader = ZarrChunkReader(where, storage, self.options.io_threads)
-        else:
-            reader = Hdf5ChunkReader(where, self.options.io_threads)
-        self._recipe = recipe
-        return reader
+        self.attrs = record.attributes(self)
+        self._chunks, self._recipe = chunk_reader(self, storage)
 
     def _reader(self) -> ChunkReader | None:
         """The chunk reader; a copy made by :meth:`for_workers` opens its own at first use."""
         if self._chunks is None and self._recipe is not None:
             with _OPENING:
                 if self._chunks is None:
-                    self._chunks = self._open_reader(self._recipe)
+                    self._chunks = open_reader(self._recipe, self.options.io_threads)
         return self._chunks
 
     def _request(self, v: Variable, r0: int, r1: int, shared: tuple = ()) -> SlabRequest:
@@ -273,38 +212,6 @@ class XarraySource:
 
     def _where(self, time_index: int) -> str:
         return where_in(self.parts, time_index, self.path)
-
-    def _attrs(self) -> dict[str, Any]:
-        return {
-            "source": self.kind,
-            "dataset": self.path,
-            "layout": "mllam-data-prep" if self.is_mdp else "generic",
-            "time_dim": self.time_dim,
-            "splits": "; ".join(
-                f"{s.name}={s.label} ({s.stop - s.start} steps from {self.time_dim}[{s.start}])"
-                for s in self.splits
-            ),
-            **({"statistics_period": self._period_text()} if self.options.period else {}),
-            **({"climatology": f"by {self.options.by}"} if self.options.by else {}),
-            **({"pooled_over": ",".join(self.options.pool)} if self.options.pool else {}),
-            "weights": self.weight_field.describe() if self.weight_field else "none (unweighted)",
-            "diff_steps": ",".join(map(str, self.diff_steps)),
-            "variables": ",".join(v.name for v in self.vars),
-            "feature_dims": ",".join(sorted({d for v in self.vars for d in v.feature_dims})),
-            "reduced_dims": ",".join(sorted({d for v in self.vars for d in v.grid_dims})),
-            "decoding": GIVEN_DECODING
-            if self.given
-            else "packed integers decoded in float64 as raw * scale_factor + add_offset; "
-            "_FillValue and missing_value are NaN; netCDF default fills without _FillValue refused",
-            "diff_definition": "x[t] - x[t-k] over pairs with both times inside the split",
-        }
-
-    def _period_text(self) -> str:
-        used = "; ".join(
-            f"{s.name} {fmt_time(self.times[s.start])} to {fmt_time(self.times[s.stop - 1])}"
-            for s in self.splits
-        )
-        return f"{self.options.period} ({used})"
 
     # -- reading ----------------------------------------------------------
     def _read(self, v: Variable, r0: int, r1: int) -> np.ndarray:
@@ -489,60 +396,8 @@ class XarraySource:
         return [] if self.given else [p.path for p in self.parts if not is_url(p.path)]
 
     def identity(self, files: bool = True) -> dict[str, Any]:
-        """The source's parts of a run's identity (:mod:`wxstats.runtime.identity`):
-        ``data`` (variables, grid and other non-time coordinates, options),
-        ``run`` (the time steps) and ``files`` (netCDF: each file's size and
-        modification time; a local zarr store: each array read, by metadata and
-        chunk objects, see :mod:`.fingerprint`)."""
-        names = [s.name for s in self.splits]
-        dims = [d for v in self.vars for d in (*v.grid_dims, *v.feature_dims)]
-        variables = [
-            {
-                "name": v.name,
-                "features": list(v.features),
-                "units": list(v.units),
-                "has_time": bool(v.has_time),
-                "grid_dims": list(v.grid_dims),
-                "grid_points": int(v.n_grid),
-                "feature_dims": list(v.feature_dims),
-            }
-            # sorted: an unconsolidated zarr 3 store lists its arrays in no fixed order
-            for v in sorted(self.vars, key=lambda v: v.name)
-        ]
-        return {
-            "data": {
-                "kind": self.kind,
-                "split": names[0] if len(names) == 1 else names,
-                "time_dim": self.time_dim,
-                "variables": variables,
-                "coords": coordinates(self.parts[0].ds, dims),
-                "diff_steps": list(self.diff_steps),
-                "by": self.options.by,
-                "pool": sorted(self.options.pool),  # merged outputs never depend on the order
-                "weights": self.weights_identity(),
-            },
-            "run": {
-                "times": [fmt_time(self.times[0]), fmt_time(self.times[-1]), self.n_times],
-                "splits": [[s.name, s.start, s.stop] for s in self.splits],
-            },
-            "files": stored(
-                [p.path for p in self.parts], [v.name for v in self.vars] + [self.time_dim]
-            )
-            if files and not self.given
-            else {},
-        }
-
-    def _weigh_variables(self) -> None:
-        """Each variable's grid-point weights and their digest, computed once per grid
-        (variables on the same grid share one array)."""
-        per_grid: dict[tuple, tuple[np.ndarray, str]] = {}
-        digests = {}
-        for v in self.vars:
-            grid = (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims))
-            if grid not in per_grid:
-                per_grid[grid] = grid_weights(self.weight_field, v, self.parts[0].ds, self.path)
-            v.weights, digests[v.name] = per_grid[grid]
-        self._weights_identity = {"method": self.weight_field.method, "digests": digests}
+        """The source's parts of a run's identity (:func:`.record.identity`)."""
+        return record.identity(self, files)
 
     def weights_identity(self) -> dict[str, Any] | None:
         """What weighted the statistics (None: unweighted): a resume, an update or a
@@ -566,3 +421,12 @@ def _lazy(variable: Any) -> Any:
     """An ``xarray.Variable``'s values as a dask array: its own, or its lazily
     indexed backend array's (read where the dask array is computed)."""
     return variable.data if variable.chunks is not None else variable.chunk().data
+
+
+KIND = SourceKind(
+    LABEL,
+    CAPABILITIES,
+    recognises=lambda dataset, given: True,
+    opens=XarraySource,
+)
+"""Any dataset xarray opens (asked last: it takes what the other kinds do not)."""

@@ -192,6 +192,19 @@ def grid_weights(
     return weights, weights_digest(weights, labels)
 
 
+def weigh(variables: list[Any], field: WeightField, data: Any, where: str) -> dict[str, Any]:
+    """Set each variable's grid-point weights (computed once per grid: variables on
+    the same grid share one array); the weights' part of the run identity."""
+    per_grid: dict[tuple, tuple[np.ndarray, str]] = {}
+    digests = {}
+    for v in variables:
+        grid = (v.grid_dims, tuple(v.grid_sizes[d] for d in v.grid_dims))
+        if grid not in per_grid:
+            per_grid[grid] = grid_weights(field, v, data, where)
+        v.weights, digests[v.name] = per_grid[grid]
+    return {"method": field.method, "digests": digests}
+
+
 def weights_digest(weights: np.ndarray, labels: dict[str, np.ndarray]) -> str:
     """The identity of a variable's weights (a state grows only with the same ones):
     the weights in grid order and, by name, the values that place them (the
