@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from pathlib import Path
 
 import pytest

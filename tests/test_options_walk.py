@@ -97,7 +97,7 @@ def _one_line(capsys, *words: str) -> None:
 
 
 def _numbers(path) -> list[bytes]:
-    return [np.ascontiguousarray(a).tobytes() for a in State.read(str(path)).part.sums.pack()]
+    return [np.ascontiguousarray(a).tobytes() for a in State.read(str(path)).partial.sums.pack()]
 
 
 def _reference(name: str, truth: dict, area: np.ndarray) -> dict[str, tuple]:

@@ -9,8 +9,8 @@ it cannot take (``refuses``, with why), which output options it uses
 Paths and writers see the data as :class:`~wxstats.runtime.set_outputs.DataFacts`.
 Options that select data are declared with the capability that takes them
 in :mod:`wxstats.runtime.data_options` (:data:`DATA_OPTIONS` here). The one
-pre-flight that refuses by this table is :mod:`wxstats.runtime.preflight`. Adding a format is one module in
-:mod:`wxstats.io.formats` and one row here.
+pre-flight that refuses by this table is :mod:`wxstats.runtime.preflight`.
+Adding a format is one module in :mod:`wxstats.io.formats` and one row here.
 """
 
 from __future__ import annotations
