@@ -135,6 +135,15 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         help="leave NaN values out (counted in nan_count) instead of failing",
     )
     p.add_argument(
+        "--moments",
+        type=int,
+        choices=(2, 4),
+        default=2,
+        help="the highest power of the values summed: 2 (default) the mean and std; 4 also "
+        "the skewness and excess kurtosis of values and differences (exact like the rest; "
+        "in the statistics file and the summary, not in a trainer's files)",
+    )
+    p.add_argument(
         "--threads",
         type=positive_int,
         default=None,
@@ -332,6 +341,7 @@ def compute_options(args: argparse.Namespace, argv: list[str]) -> ComputeOptions
         diff_steps=args.diff_steps,
         feature_dims=args.feature_dims,
         pool=tuple(dict.fromkeys(d for group in args.pool or () for d in group if d)),
+        moments=getattr(args, "moments", 2),
         output=args.output,
         write_into=args.write_into,
         output_format=args.output_format,

@@ -79,6 +79,7 @@ def update_options(
         "skipna": bool(ident["skipna"]),
         "by": ident.get("by"),
         "weights": (ident.get("weights") or {}).get("method"),
+        "moments": int(ident.get("moments", 2)),
     }
     storage = options.get("storage_options", ())
     probe = open_source(ComputeOptions(dataset=dataset, storage_options=storage, **selection))

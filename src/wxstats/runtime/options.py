@@ -45,6 +45,8 @@ class ComputeOptions:
     feature_dims: tuple[str, ...] | None = None
     pool: tuple[str, ...] = ()
     """zarr/netCDF: feature dimensions (``level``) each variable is also pooled over."""
+    moments: int = 2
+    """The highest power summed: 4 adds the skewness and excess kurtosis (``--moments``)."""
     block_mb: float | None = None
     storage_options: tuple[tuple[str, Any], ...] = ()
     """fsspec options of a URL (``endpoint_url``, ``anon``, ``key``...); never recorded."""
