@@ -17,6 +17,7 @@ A statistic needing powers above 2 is computed only by a run of that order
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -62,6 +63,20 @@ def _std(raw: Raw) -> float:
     return sqrt_correctly_rounded(max((sxx * n - sx * sx) / (n * n), Fraction(0)))
 
 
+def _skewness(raw: Raw) -> float:
+    # m3 / m2**1.5 = sign(m3) sqrt(m3² / m2³): a rational under the root, rounded once
+    m2, m3 = raw.central(2), raw.central(3)
+    if m2 <= 0:
+        return math.nan
+    root = sqrt_correctly_rounded(m3 * m3 / (m2 * m2 * m2))
+    return -root if m3 < 0 else root
+
+
+def _excess_kurtosis(raw: Raw) -> float:
+    m2 = raw.central(2)
+    return float(raw.central(4) / (m2 * m2) - 3) if m2 > 0 else math.nan
+
+
 @dataclass(frozen=True)
 class Statistic:
     """One statistic of a feature, declared once: what files and the JSON summary
@@ -95,6 +110,10 @@ STATISTICS: tuple[Statistic, ...] = (
     Statistic("min", "minimum", quantity="minimum"),
     Statistic("max", "maximum", quantity="maximum"),
     Statistic("nan_count", "nan_count", quantity="nan_count", values_only=True, optional=True),
+    Statistic("skewness", "skewness", order=3, finalize=_skewness, optional=True),
+    Statistic(
+        "excess_kurtosis", "excess_kurtosis", order=4, finalize=_excess_kurtosis, optional=True
+    ),
 )
 """The order is the order of the statistics in files (the statistics file's
 variables, the JSON summary's keys): a new one goes at the end."""

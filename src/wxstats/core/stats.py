@@ -107,6 +107,8 @@ class DiffStats:
     std_standardized: np.ndarray | None = None
     minimum: np.ndarray | None = None
     maximum: np.ndarray | None = None
+    skewness: np.ndarray | None = None
+    excess_kurtosis: np.ndarray | None = None
 
 
 @dataclass
@@ -135,6 +137,9 @@ class StreamStats:
     files keep only the difference std); ``compare`` leaves them out."""
     time_mean: np.ndarray | None = None
     """(G, F): the mean over time of every grid point (a run that asked for it)."""
+    skewness: np.ndarray | None = None
+    excess_kurtosis: np.ndarray | None = None
+    """``m3 / m2**1.5`` and ``m4 / m2**2 - 3`` (population): a run of ``--moments 4``."""
     diff_span: dict[int | None, int] = field(default_factory=dict)
     """Seconds each ``diff`` step spans, where known: the keys count hours for MEPS,
     time steps for zarr/netCDF and anemoi; only the span says what a difference is."""
