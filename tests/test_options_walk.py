@@ -40,6 +40,7 @@ WALK: dict[str, list[str]] = {
     "storage_options": ["--storage-option", "anon=true"],
     "step_length": ["--step-length", "1"],
     "skipna": ["--skipna"],
+    "moments": ["--moments", "4"],
     "output_dir": ["--output-dir", "{out}-dir"],
     "summary": ["--summary", "{out}.json"],
     "output": [],  # every run of the walk gives it

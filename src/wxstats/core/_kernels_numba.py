@@ -23,6 +23,7 @@ from wxstats.core.reduction import slot
 # the slots of the kernel's output arrays (wxstats.core.reduction): compile-time constants
 _COUNT = slot("count")[1]
 _SUM1, _SUM2, _WEIGHT = slot("sum1")[1], slot("sum2")[1], slot("weight")[1]
+_SUM3, _SUM4 = slot("sum3")[1], slot("sum4")[1]
 _MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
 _NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
 
@@ -70,52 +71,94 @@ def _reset(l1, l2, lmn, lmx):
     lmx[:] = -np.inf
 
 
-def chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-               c1, c2, n_c, diffs):  # fmt: skip
+def chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt, lnan,
+               linf, c1, c2, c3, c4, n_c, diffs, higher):  # fmt: skip
     """One chunk of one time step (its values, or with ``diffs`` its differences
-    ``x - xk``) into lanes zeroed here and folded into ``c1``/``c2``: the fast path,
-    and the checked one when a sum is not finite; returns whether it was checked.
-    ``diffs`` is a literal constant (a specialization each)."""
+    ``x - xk``) into lanes zeroed here and folded into ``c1``/``c2`` (``higher``:
+    and the third and fourth powers into ``c3``/``c4``): the fast path, and the
+    checked one when a sum is not finite; returns whether it was checked.
+    ``diffs`` and ``higher`` are literal constants (a specialization each)."""
     raise NotImplementedError("compiled only: see the overload below")
 
 
 @overload(chunk_sums, prefer_literal=True, jit_options=_OPTS)
-def _chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-                c1, c2, n_c, diffs):  # fmt: skip
-    if not isinstance(diffs, types.BooleanLiteral):
+def _chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt, lnan,
+                linf, c1, c2, c3, c4, n_c, diffs, higher):  # fmt: skip
+    if not isinstance(diffs, types.BooleanLiteral) or not isinstance(higher, types.BooleanLiteral):
         return None
     DIFFS = bool(diffs.literal_value)
+    HIGHER = bool(higher.literal_value)
 
-    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan, linf,
-             c1, c2, n_c, diffs):  # fmt: skip
+    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt, lnan,
+             linf, c1, c2, c3, c4, n_c, diffs, higher):  # fmt: skip
         _reset(l1, l2, lmn, lmx)
         l0[:] = 0.0
+        if HIGHER:
+            l3[:] = 0.0
+            l4[:] = 0.0
         if wl.shape[0] > 0:
-            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                      linf, DIFFS, False, True)  # fmt: skip
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt,
+                      lnan, linf, DIFFS, False, True, HIGHER)  # fmt: skip
         else:
-            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                      linf, DIFFS, False, False)  # fmt: skip
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt,
+                      lnan, linf, DIFFS, False, False, HIGHER)  # fmt: skip
         ok = fold(l1, n_c, c1)
         ok = fold(l2, n_c, c2) and ok
+        if HIGHER:
+            ok = fold(l3, n_c, c3) and ok
+            ok = fold(l4, n_c, c4) and ok
         if ok:
             return False
         _reset(l1, l2, lmn, lmx)
         l0[:] = 0.0
+        if HIGHER:
+            l3[:] = 0.0
+            l4[:] = 0.0
         lcnt[:] = 0
         lnan[:] = 0
         linf[:] = 0
         if wl.shape[0] > 0:
-            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                      linf, DIFFS, True, True)  # fmt: skip
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt,
+                      lnan, linf, DIFFS, True, True, HIGHER)  # fmt: skip
         else:
-            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn, lmx, lcnt, lnan,
-                      linf, DIFFS, True, False)  # fmt: skip
+            lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, lcnt,
+                      lnan, linf, DIFFS, True, False, HIGHER)  # fmt: skip
         fold(l1, n_c, c1)
         fold(l2, n_c, c2)
+        if HIGHER:
+            fold(l3, n_c, c3)
+            fold(l4, n_c, c4)
         return True
 
     return impl
+
+
+@njit(**_OPTS)
+def _step(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn, lmx, vmn, vmx, lcnt,
+          lnan, linf, c1, c2, c3, c4, n_c, p, higher_slots, totals_float, g):  # fmt: skip
+    # one chunk of one step of part p (0: the values, their extremes in vmn/vmx), in the
+    # specialization its flags pick; returns whether it was checked
+    if p == 0:
+        if higher_slots:
+            checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, vmn,
+                                 vmx, lcnt, lnan, linf, c1, c2, c3, c4, n_c, False,
+                                 True)  # fmt: skip
+        else:
+            checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, vmn,
+                                 vmx, lcnt, lnan, linf, c1, c2, c3, c4, n_c, False,
+                                 False)  # fmt: skip
+        fold_extremes(vmn, vmx, n_c, totals_float, p, g)
+    else:
+        if higher_slots:
+            checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn,
+                                 lmx, lcnt, lnan, linf, c1, c2, c3, c4, n_c, True,
+                                 True)  # fmt: skip
+        else:
+            checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn,
+                                 lmx, lcnt, lnan, linf, c1, c2, c3, c4, n_c, True,
+                                 False)  # fmt: skip
+        fold_extremes(lmn, lmx, n_c, totals_float, p, g)
+    return checked
 
 
 @njit(**_OPTS)
@@ -127,9 +170,10 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
     # Outputs (wxstats.core.reduction.kernel_arrays, at their identities): steps_* (parts,
     # slots, n_t, n_c), totals_* (parts, slots, groups, n_c), step t's totals going to its
     # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
-    # when w, the weight per grid point, is not empty. Scratch (the caller's, so that the
+    # when w, the weight per grid point, is not empty, and the third and fourth powers
+    # when steps_float has their slots (--moments 4). Scratch (the caller's, so that the
     # machine code allocates nothing and loads without numba's runtime, see
-    # wxstats.core.kernel_object.scratch_sizes): fs float64 (5 lanes, 3 n_c, then a chunk's
+    # wxstats.core.kernel_object.scratch_sizes): fs float64 (7 lanes, 5 n_c, then a chunk's
     # weights), ints int64 (3 lanes), xs the values' extremes (2 lanes, float32 for float32
     # values: compared in half the vector width, widening keeps order and value).
     n_t = a.shape[0]
@@ -137,15 +181,21 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
     lanes = m * n_c
     n_p = ranges.shape[0]
     weighted = w.shape[0] > 0
+    higher = steps_float.shape[1] > _SUM3
     l0 = fs[:lanes]
     l1 = fs[lanes : 2 * lanes]
     l2 = fs[2 * lanes : 3 * lanes]
-    lmn = fs[3 * lanes : 4 * lanes]
-    lmx = fs[4 * lanes : 5 * lanes]
-    c0 = fs[5 * lanes : 5 * lanes + n_c]
-    c1 = fs[5 * lanes + n_c : 5 * lanes + 2 * n_c]
-    c2 = fs[5 * lanes + 2 * n_c : 5 * lanes + 3 * n_c]
-    wl_all = fs[5 * lanes + 3 * n_c :]
+    l3 = fs[3 * lanes : 4 * lanes]
+    l4 = fs[4 * lanes : 5 * lanes]
+    lmn = fs[5 * lanes : 6 * lanes]
+    lmx = fs[6 * lanes : 7 * lanes]
+    at = 7 * lanes
+    c0 = fs[at : at + n_c]
+    c1 = fs[at + n_c : at + 2 * n_c]
+    c2 = fs[at + 2 * n_c : at + 3 * n_c]
+    c3 = fs[at + 3 * n_c : at + 4 * n_c]
+    c4 = fs[at + 4 * n_c : at + 5 * n_c]
+    wl_all = fs[at + 5 * n_c :]
     lcnt = ints[:lanes]
     lnan = ints[lanes : 2 * lanes]
     linf = ints[2 * lanes : 3 * lanes]
@@ -166,15 +216,10 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                     continue
                 sh, iv, pq = refs[p, 0, t], refs[p, 1, t], refs[p, 2, t]
                 g = by[t]
-                if p == 0:
-                    checked = chunk_sums(x, x, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, vmn,
-                                         vmx, lcnt, lnan, linf, c1, c2, n_c, False)  # fmt: skip
-                    fold_extremes(vmn, vmx, n_c, totals_float, p, g)
-                else:
-                    xk = a[t - lags[p - 1]]
-                    checked = chunk_sums(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, lmn,
-                                         lmx, lcnt, lnan, linf, c1, c2, n_c, True)  # fmt: skip
-                    fold_extremes(lmn, lmx, n_c, totals_float, p, g)
+                xk = a[t - lags[p - 1]] if p > 0 else x
+                checked = _step(x, xk, wl, base, n, lanes, sh, iv, pq, l0, l1, l2, l3, l4, lmn,
+                                lmx, vmn, vmx, lcnt, lnan, linf, c1, c2, c3, c4, n_c, p, higher,
+                                totals_float, g)  # fmt: skip
                 if checked:
                     for j in range(lanes):
                         c = j % n_c
@@ -192,6 +237,10 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
                 for c in range(n_c):
                     steps_float[p, _SUM1, t, c] += c1[c]
                     steps_float[p, _SUM2, t, c] += c2[c]
+                if higher:
+                    for c in range(n_c):
+                        steps_float[p, _SUM3, t, c] += c3[c]
+                        steps_float[p, _SUM4, t, c] += c4[c]
 
 
 def _entry(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):
@@ -253,7 +302,7 @@ def refresh_stale_cache(expected: int = SOURCES_DIGEST) -> bool:
     when the cache was stale and is now compiled afresh."""
     if compiled_from() == expected:
         return False
-    for dispatcher in (fold, fold_extremes, _reset, kernel, compiled_from):
+    for dispatcher in (fold, fold_extremes, _reset, _step, kernel, compiled_from):
         dispatcher._cache.flush()
     compiled_from.recompile()
     return True

@@ -24,6 +24,7 @@ from wxstats.core.reduction import slot
 
 _COUNT = slot("count")[1]
 _SUM1, _SUM2, _WEIGHT = slot("sum1")[1], slot("sum2")[1], slot("weight")[1]
+_SUM3, _SUM4 = slot("sum3")[1], slot("sum4")[1]
 _MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
 _NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
 
@@ -43,9 +44,11 @@ def _fold_extreme(lane: np.ndarray, n_c: int, out: np.ndarray, smaller: bool) ->
         out[:] = np.where(better, row, out)
 
 
-def _lane_sums(v: np.ndarray, wl: np.ndarray | None, lanes: int, sh, iv):
-    """Lane sums of the values (or differences) ``v`` of one chunk, checked path."""
+def _lane_sums(v: np.ndarray, wl: np.ndarray | None, lanes: int, sh, iv, higher: bool):
+    """Lane sums of the values (or differences) ``v`` of one chunk, checked path;
+    ``higher``: also of the third and fourth powers (``--moments 4``)."""
     l0, l1, l2 = np.zeros(lanes), np.zeros(lanes), np.zeros(lanes)
+    l3, l4 = np.zeros(lanes), np.zeros(lanes)
     lmn, lmx = np.full(lanes, np.inf), np.full(lanes, -np.inf)
     lcnt, lnan, linf = (np.zeros(lanes, dtype=np.int64) for _ in range(3))
     for start in range(0, v.shape[0], lanes):
@@ -56,18 +59,27 @@ def _lane_sums(v: np.ndarray, wl: np.ndarray | None, lanes: int, sh, iv):
         if wl is not None:
             w = wl[start : start + k]
             z = w * y
+            z2 = z * y
             l0[:k] = l0[:k] + np.where(ok, w, 0.0)
             l1[:k] = l1[:k] + np.where(ok, z, 0.0)
-            l2[:k] = l2[:k] + np.where(ok, z * y, 0.0)
+            l2[:k] = l2[:k] + np.where(ok, z2, 0.0)
+            if higher:
+                z3 = z2 * y
+                l3[:k] = l3[:k] + np.where(ok, z3, 0.0)
+                l4[:k] = l4[:k] + np.where(ok, z3 * y, 0.0)
         else:
+            y2 = y * y
             l1[:k] = l1[:k] + np.where(ok, y, 0.0)
-            l2[:k] = l2[:k] + np.where(ok, y * y, 0.0)
+            l2[:k] = l2[:k] + np.where(ok, y2, 0.0)
+            if higher:
+                l3[:k] = l3[:k] + np.where(ok, y2 * y, 0.0)
+                l4[:k] = l4[:k] + np.where(ok, y2 * y2, 0.0)
         lmn[:k] = np.where(ok & (seg < lmn[:k]), seg, lmn[:k])
         lmx[:k] = np.where(ok & (seg > lmx[:k]), seg, lmx[:k])
         lcnt[:k] += ok
         lnan[:k] += np.isnan(seg)
         linf[:k] += np.isinf(seg)
-    return l0, l1, l2, lmn, lmx, lcnt, lnan, linf
+    return l0, l1, l2, l3, l4, lmn, lmx, lcnt, lnan, linf
 
 
 def _per_channel(counts: np.ndarray, n_c: int) -> np.ndarray:
@@ -90,6 +102,7 @@ def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int,
     n_g = a.shape[1] // n_c
     lanes = m * n_c
     weighted = w.shape[0] > 0
+    higher = steps_float.shape[1] > _SUM3  # the array has the slots of --moments 4
     for gs in range(0, n_g, chunk):
         n_here = min(chunk, n_g - gs)
         base, n = gs * n_c, n_here * n_c
@@ -100,8 +113,8 @@ def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int,
                 if t < ranges[p, 0] or t >= ranges[p, 1]:
                     continue
                 v = rows[t] - rows[t - lags[p - 1]] if p else rows[t]
-                l0, l1, l2, lmn, lmx, lcnt, lnan, linf = _lane_sums(
-                    v, wl, lanes, refs[p, 0, t], refs[p, 1, t]
+                l0, l1, l2, l3, l4, lmn, lmx, lcnt, lnan, linf = _lane_sums(
+                    v, wl, lanes, refs[p, 0, t], refs[p, 1, t], higher
                 )
                 g = by[t]
                 steps_int[p, _COUNT, t] += _per_channel(lcnt, n_c)
@@ -112,5 +125,8 @@ def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int,
                     steps_float[p, _WEIGHT, t] += _fold(l0, n_c)
                 steps_float[p, _SUM1, t] += _fold(l1, n_c)
                 steps_float[p, _SUM2, t] += _fold(l2, n_c)
+                if higher:
+                    steps_float[p, _SUM3, t] += _fold(l3, n_c)
+                    steps_float[p, _SUM4, t] += _fold(l4, n_c)
                 _fold_extreme(lmn, n_c, totals_float[p, _MIN, g], True)
                 _fold_extreme(lmx, n_c, totals_float[p, _MAX, g], False)

@@ -5,8 +5,9 @@
 compile time for the values or the differences, for the fast path (as if every
 value were finite) or the checked one (NaN/Inf skipped: a skipped value adds
 ``0.0``, which changes no lane sum, so both paths give the same bits), and for
-weighted sums (``--weights``) or not: the flags are literal constants of the
-caller, so each of the eight loops is compiled with its dead branches removed
+weighted sums (``--weights``) or not, and for the third and fourth powers
+(``--moments 4``) or not: the flags are literal constants of the caller, so
+each of the sixteen loops is compiled with its dead branches removed
 (the fast unweighted one is the plain sum it was written as before). Kept
 apart from :mod:`wxstats.core._kernels_numba`, which walks the chunks and steps.
 """
@@ -57,14 +58,16 @@ def _scaled(raw, v, p, q, pq):
     return lambda raw, v, p, q, pq: (v - p) * q
 
 
-def lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
-              diffs, checked, weighted):  # fmt: skip
+def lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
+              infs, diffs, checked, weighted, higher):  # fmt: skip
     """Add the chunk ``x[base : base + n]`` (or its differences ``x - xk``) into
     lanes ``j = i % lanes``: ``s1 += y``, ``s2 += y*y`` with ``y = (v - p) * q``
     (weighted: ``s0 += w``, ``s1 += w*y``, ``s2 += (w*y)*y``, ``wl`` holding each
     value's weight), the extremes ``mn``/``mx``, and when ``checked`` the finite
-    values ``cnt`` and (values) ``nans``/``infs``. ``diffs``, ``checked`` and
-    ``weighted`` are literal constants (see the module docstring)."""
+    values ``cnt`` and (values) ``nans``/``infs``; when ``higher`` (``--moments
+    4``) also ``s3 += y2*y``, ``s4 += y2*y2`` (``y2 = y*y``; weighted ``z2 = z*y``,
+    ``s3 += z2*y``, ``s4 += (z2*y)*y``). ``diffs``, ``checked``, ``weighted`` and
+    ``higher`` are literal constants (see the module docstring)."""
     raise NotImplementedError("compiled only: see the overload below")
 
 
@@ -73,17 +76,18 @@ def _flag(value) -> bool | None:
 
 
 @overload(lane_sums, prefer_literal=True, jit_options=_OPTS)
-def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
-               diffs, checked, weighted):  # fmt: skip
-    # The template: DIFFS, CHECKED, WEIGHTED are constants here, so numba prunes the
-    # branches on them before typing and each specialization is compiled on its own.
+def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
+               infs, diffs, checked, weighted, higher):  # fmt: skip
+    # The template: DIFFS, CHECKED, WEIGHTED, HIGHER are constants here, so numba prunes
+    # the branches on them before typing and each specialization is compiled on its own.
     DIFFS, CHECKED, WEIGHTED = _flag(diffs), _flag(checked), _flag(weighted)
-    if DIFFS is None or CHECKED is None or WEIGHTED is None:
+    HIGHER = _flag(higher)
+    if DIFFS is None or CHECKED is None or WEIGHTED is None or HIGHER is None:
         return None  # literal flags only (numba tries the literal types first)
     VALUES = not DIFFS
 
     @njit(inline="always")
-    def one(xr, kr, wr, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs):
+    def one(xr, kr, wr, j, p, q, c, t0, t1, t2, t3, t4, lo, hi, cnt, nans, infs):
         # one value (or difference) into lane j's running sums and extremes; a
         # skipped one (checked: NaN/Inf) adds 0.0, no change (a lane sum starts at
         # +0.0 and so is never -0.0), and keeps the extremes
@@ -95,12 +99,21 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
         if WEIGHTED:
             w = wr[j]
             z = w * y
+            z2 = z * y
             t0 = t0 + (w if ok else 0.0)
             t1 = t1 + (z if ok else 0.0)
-            t2 = t2 + (z * y if ok else 0.0)
+            t2 = t2 + (z2 if ok else 0.0)
+            if HIGHER:
+                z3 = z2 * y
+                t3 = t3 + (z3 if ok else 0.0)
+                t4 = t4 + (z3 * y if ok else 0.0)
         else:
+            y2 = y * y
             t1 = t1 + (y if ok else 0.0)
-            t2 = t2 + (y * y if ok else 0.0)
+            t2 = t2 + (y2 if ok else 0.0)
+            if HIGHER:
+                t3 = t3 + (y2 * y if ok else 0.0)
+                t4 = t4 + (y2 * y2 if ok else 0.0)
         if CHECKED:
             lo = e if ok and e < lo else lo
             hi = e if ok and e > hi else hi
@@ -111,10 +124,10 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
         else:
             lo = e if e < lo else lo
             hi = e if e > hi else hi
-        return t0, t1, t2, lo, hi
+        return t0, t1, t2, t3, t4, lo, hi
 
-    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, nans, infs,
-             diffs, checked, weighted):  # fmt: skip
+    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
+             infs, diffs, checked, weighted, higher):  # fmt: skip
         # Row views (x[o:o+L]) keep indices provably non-negative, which lets LLVM
         # vectorize the lane loops (no negative-index wraparound code). Four rows at a
         # time (their sums kept in registers), then the rows left, the last one maybe
@@ -142,21 +155,25 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
                 q = iv[j]
                 c = pq[j]
                 t0 = s0[j] if WEIGHTED else 0.0
+                t3 = s3[j] if HIGHER else 0.0
+                t4 = s4[j] if HIGHER else 0.0
                 t1, t2, lo, hi = s1[j], s2[j], mn[j], mx[j]
-                t0, t1, t2, lo, hi = one(
-                    x0, k0, w0, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                t0, t1, t2, t3, t4, lo, hi = one(
+                    x0, k0, w0, j, p, q, c, t0, t1, t2, t3, t4, lo, hi, cnt, nans, infs
                 )
-                t0, t1, t2, lo, hi = one(
-                    x1, k1, w1, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                t0, t1, t2, t3, t4, lo, hi = one(
+                    x1, k1, w1, j, p, q, c, t0, t1, t2, t3, t4, lo, hi, cnt, nans, infs
                 )
-                t0, t1, t2, lo, hi = one(
-                    x2, k2, w2, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                t0, t1, t2, t3, t4, lo, hi = one(
+                    x2, k2, w2, j, p, q, c, t0, t1, t2, t3, t4, lo, hi, cnt, nans, infs
                 )
-                t0, t1, t2, lo, hi = one(
-                    x3, k3, w3, j, p, q, c, t0, t1, t2, lo, hi, cnt, nans, infs
+                t0, t1, t2, t3, t4, lo, hi = one(
+                    x3, k3, w3, j, p, q, c, t0, t1, t2, t3, t4, lo, hi, cnt, nans, infs
                 )
                 if WEIGHTED:
                     s0[j] = t0
+                if HIGHER:
+                    s3[j], s4[j] = t3, t4
                 s1[j], s2[j], mn[j], mx[j] = t1, t2, lo, hi
             r += 4
         while r * lanes < n:
@@ -168,10 +185,15 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, mn, mx, cnt, n
             wr = wl[ow : ow + width] if WEIGHTED else sh
             for j in range(width):
                 t0 = s0[j] if WEIGHTED else 0.0
-                t0, t1, t2, lo, hi = one(xr, kr, wr, j, sh[j], iv[j], pq[j], t0, s1[j], s2[j],
-                                         mn[j], mx[j], cnt, nans, infs)  # fmt: skip
+                t3 = s3[j] if HIGHER else 0.0
+                t4 = s4[j] if HIGHER else 0.0
+                t0, t1, t2, t3, t4, lo, hi = one(xr, kr, wr, j, sh[j], iv[j], pq[j], t0, s1[j],
+                                                 s2[j], t3, t4, mn[j], mx[j], cnt, nans,
+                                                 infs)  # fmt: skip
                 if WEIGHTED:
                     s0[j] = t0
+                if HIGHER:
+                    s3[j], s4[j] = t3, t4
                 s1[j], s2[j], mn[j], mx[j] = t1, t2, lo, hi
             r += 1
 

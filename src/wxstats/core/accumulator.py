@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wxstats.core import reduction
 from wxstats.core.cellsums import cell_means
 from wxstats.core.combine import Moments, NonFiniteSums
 from wxstats.core.errors import InputError
@@ -43,10 +44,11 @@ class StreamMoments:
         weighted: bool = False,
         grid_points: int = 0,
         cell_reference: tuple[np.ndarray, np.ndarray] | None = None,
+        order: int = 2,
     ) -> StreamMoments:
         return StreamMoments(
-            Moments.create(n_features, weighted),
-            {k: Moments.create(n_features, weighted) for k in steps},
+            Moments.create(n_features, weighted, order),
+            {k: Moments.create(n_features, weighted, order) for k in steps},
             np.zeros((2, grid_points, n_features), dtype=np.int64) if grid_points else None,
             cell_reference if grid_points else None,
         )
@@ -73,6 +75,9 @@ class StreamMoments:
         shifts = [refs.shift] + [refs.diff_shift[k] for k in steps]
         scales = [refs.scale] + [refs.diff_scale[k] for k in steps]
         weight = sums.of("weight") if sums.weighted else None
+        higher = [sums.of(q.name) for q in reduction.POWERS[2 : self.values.order]]
+        if any(h is None for h in higher):
+            raise ValueError(f"block sums of order 2 for moments of order {self.values.order}")
         low, high, nans = sums.of("minimum"), sums.of("maximum"), sums.of("nan_count")
         if sums.groups is None:  # one group: the totals (parts, F) as (parts, 1, F)
             low, high, nans = low[:, None], high[:, None], nans[:, None]
@@ -90,6 +95,7 @@ class StreamMoments:
                     nans[p, g] if p == 0 else None,
                     at + int(g) * n_f,
                     None if weight is None else weight[p][rows],
+                    tuple(h[p][rows] for h in higher),
                 )
 
     def merge(self, other: StreamMoments) -> None:
@@ -121,22 +127,13 @@ def pooled_stats(
     the values and of the differences of ``steps`` (those with pairs)."""
     pool = spec.pooled
     groups = [list(g) for g in pool.groups]
-    count, mean, std, minimum, maximum = moments.values.pooled(groups)
-    nans = np.array([int(moments.values.nan_count[g].sum()) for g in groups], dtype=np.int64)
-    diff: dict[int | None, DiffStats] = {}
-    for k in steps:
-        d_count, d_mean, d_std, d_min, d_max = moments.diffs[k].pooled(groups)
-        diff[k] = DiffStats(d_mean, d_std, d_count, minimum=d_min, maximum=d_max)
+    values = moments.values.statistics(groups)
+    diff = {k: DiffStats(**moments.diffs[k].statistics(groups, diffs=True)) for k in steps}
     return StreamStats(
         name=pool.name,
         features=list(pool.features),
         units=list(pool.units),
-        mean=mean,
-        std=std,
-        count=count,
-        minimum=minimum,
-        maximum=maximum,
-        nan_count=nans,
+        **values,
         diff=diff,
         long_names=list(pool.long_names),
         layout=pool.layout,
@@ -165,7 +162,12 @@ class RunMoments:
         return RunMoments(
             {
                 s.name: StreamMoments.create(
-                    len(s.features), s.diff_steps, s.weighted, s.cell_grid_points, cells.get(s.name)
+                    len(s.features),
+                    s.diff_steps,
+                    s.weighted,
+                    s.cell_grid_points,
+                    cells.get(s.name),
+                    s.order,
                 )
                 for s in specs
             }
@@ -181,6 +183,7 @@ class RunMoments:
                     s.values.weighted,
                     0 if s.cells is None else s.cells.shape[1],
                     s.cell_reference,
+                    s.values.order,
                 )
                 for name, s in self.streams.items()
             }
@@ -210,7 +213,7 @@ class RunMoments:
         """The length of the packed int64 sums of this layout."""
         cells = sum(s.cells.size for s in self.streams.values() if s.cells is not None)
         return cells + sum(
-            m.n_features * Moments.words_per_feature(m.weighted) for m in self._parts()
+            m.n_features * Moments.words_per_feature(m.weighted, m.order) for m in self._parts()
         )
 
     def unpack_like(self, ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray) -> None:
@@ -221,13 +224,13 @@ class RunMoments:
         for name in sorted(self.streams):
             stream = self.streams[name]
             f = stream.values.n_features
-            weighted = stream.values.weighted
-            words = f * Moments.words_per_feature(weighted)
+            weighted, order = stream.values.weighted, stream.values.order
+            words = f * Moments.words_per_feature(weighted, order)
             unpacked = []
             for _ in stream.parts():
                 unpacked.append(
                     Moments.unpack(
-                        ints[i : i + words], minimum[j : j + f], maximum[j : j + f], weighted
+                        ints[i : i + words], minimum[j : j + f], maximum[j : j + f], weighted, order
                     )
                 )
                 i += words
@@ -271,7 +274,8 @@ class RunMoments:
                         f"variable {name} ({spec.name}): no finite values {what}in the whole "
                         f"split ({finite}{nans} NaN); nothing to standardize with"
                     )
-            mean, std = values.extract()
+            fields = values.statistics()
+            std = fields["std"]
             diff: dict[int | None, DiffStats] = {}
             for k in spec.diff_steps:
                 part = moments.diffs[k]
@@ -281,14 +285,7 @@ class RunMoments:
                         f"difference statistics for step {k} are absent"
                     )
                     continue
-                d_mean, d_std = part.extract()
-                diff[k] = DiffStats(
-                    mean=d_mean,
-                    std=d_std,
-                    count=part.count.copy(),
-                    minimum=np.where(part.count > 0, part.minimum, np.nan),
-                    maximum=np.where(part.count > 0, part.maximum, np.nan),
-                )
+                diff[k] = DiffStats(**part.statistics(diffs=True))
             for f, name in enumerate(spec.features):
                 if std[f] == 0:
                     notes.append(
@@ -299,12 +296,7 @@ class RunMoments:
                 name=spec.name,
                 features=list(spec.features),
                 units=list(spec.units),
-                mean=mean,
-                std=std,
-                count=values.count.copy(),
-                minimum=np.where(values.count > 0, values.minimum, np.nan),
-                maximum=np.where(values.count > 0, values.maximum, np.nan),
-                nan_count=values.nan_count.copy(),
+                **fields,
                 diff=diff,
                 diff_span={k: v for k, v in spec.diff_span.items() if k in diff},
                 long_names=list(spec.long_names),

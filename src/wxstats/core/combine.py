@@ -25,14 +25,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from wxstats.core import reduction
+from wxstats.core import finalize, reduction
 from wxstats.core.exact import (
-    NUM_LIMBS,
     exact_sum,
     fixed_to_fraction,
     from_limbs,
-    sqrt_correctly_rounded,
     to_limbs,
+    unit_power_sums,
     unit_raw_sums,
 )
 
@@ -57,23 +56,35 @@ class Moments:
     nan_count: np.ndarray  # int64 (F,)
     weight: np.ndarray | None = None
     """object (F,): exact fixed-point sums of the weights (weighted moments only)."""
+    sum3: np.ndarray | None = None
+    """object (F,): exact sums of ``x³`` (``w x³``), moments of order 4 only."""
+    sum4: np.ndarray | None = None
+    """object (F,): exact sums of ``x⁴`` (``w x⁴``), moments of order 4 only."""
 
     @staticmethod
-    def words_per_feature(weighted: bool) -> int:
+    def words_per_feature(weighted: bool, order: int = 2) -> int:
         """int64 words per feature when packed: a word per count, a limb vector per
         exact sum (:func:`_packed`)."""
-        return sum(1 if q.merge == "count" else NUM_LIMBS for q in _packed(weighted))
+        return sum(1 if q.merge == "count" else q.limbs for q in _packed(weighted, order))
 
     @property
     def weighted(self) -> bool:
         return self.weight is not None
 
+    @property
+    def order(self) -> int:
+        """The highest power of ``x`` whose exact sum the moments hold (2, or 4
+        with ``--moments 4``)."""
+        return max(q.power for q in reduction.POWERS if getattr(self, q.name) is not None)
+
     @staticmethod
-    def create(n_features: int, weighted: bool = False) -> Moments:
+    def create(n_features: int, weighted: bool = False, order: int = 2) -> Moments:
         """Every kept quantity of :mod:`wxstats.core.reduction` at its identity."""
+        if order not in reduction.ORDERS:
+            raise ValueError(f"moments of order {order}: only {reduction.ORDERS}")
         fields: dict[str, np.ndarray | None] = {}
         for q in reduction.KEPT:
-            if q.weighted_only and not weighted:
+            if not reduction.present(q, weighted, order):
                 fields[q.name] = None
             elif q.merge == "sum":  # exact fixed-point integers
                 fields[q.name] = np.zeros(n_features, dtype=object)
@@ -98,14 +109,18 @@ class Moments:
         nan_count: np.ndarray | None = None,
         at: int = 0,
         weights: np.ndarray | None = None,
+        higher: tuple[np.ndarray, ...] = (),
     ) -> None:
         """Add units (U, F): their counts, finite float64 sums of ``y = (x - shift)
         / scale`` and of ``y²`` and their references, to features ``at .. at + F``
         (a group of a climatology, else all); ``weights``: the units' sums of the
-        weights (weighted moments only; the sums are then of ``w y``, ``w y²``)."""
+        weights (weighted moments only; the sums are then of ``w y``, ``w y²``);
+        ``higher``: the sums of ``y³``, ``y⁴`` (``w y³``...) of moments of order 4."""
         f = slice(at, at + int(np.shape(count)[1]))
         if (weights is None) != (self.weight is None):
             raise ValueError("weighted and unweighted sums do not mix")
+        if len(higher) != self.order - 2:
+            raise ValueError(f"{2 + len(higher)} powers summed for moments of order {self.order}")
         count = np.asarray(count, dtype=np.int64)
         if weights is not None:
             # a unit with finite values but no weight adds nothing to the weighted sums
@@ -117,6 +132,11 @@ class Moments:
         self.count[f] += count.sum(axis=0)
         self.sum1[f] = self.sum1[f] + sx
         self.sum2[f] = self.sum2[f] + sxx
+        ys = [sums1, sums2, *higher]
+        for q in reduction.POWERS[2 : self.order]:
+            exact = unit_power_sums(q.power, divisor, ys, shift, scale, q.fraction_bits)
+            held = getattr(self, q.name)
+            held[f] = held[f] + exact
         if minimum is not None:
             np.minimum(self.minimum[f], minimum, out=self.minimum[f])
         if maximum is not None:
@@ -126,10 +146,13 @@ class Moments:
 
     def merge(self, other: Moments) -> None:
         """Add ``other`` into ``self`` (exact, order-independent); refused, with
-        ``self`` unchanged, when one side is weighted and the other is not."""
+        ``self`` unchanged, when one side is weighted and the other is not, or
+        they hold other powers (``--moments``)."""
         if (other.weight is None) != (self.weight is None):
             raise ValueError("weighted and unweighted moments do not merge")
-        for q in _packed(self.weighted):
+        if other.order != self.order:
+            raise ValueError(f"moments of order {other.order} and {self.order} do not merge")
+        for q in _packed(self.weighted, self.order):
             setattr(self, q.name, getattr(self, q.name) + getattr(other, q.name))
         for q in _extremes():
             merge = np.minimum if q.merge == "min" else np.maximum
@@ -143,91 +166,93 @@ class Moments:
         return int(self.count[f])
 
     def extract(self) -> tuple[np.ndarray, np.ndarray]:
-        """Population mean and std (ddof=0), each rounded once from the exact
-        rational value of the summed sums (weighted: divided by the exact sum of
-        the weights instead of the count). Features with a zero count give NaN."""
-        mean = np.full(self.n_features, np.nan)
-        std = np.full(self.n_features, np.nan)
-        for f in range(self.n_features):
-            n, sx, sxx = self.raw_sums(f)
-            if n == 0:
-                continue
-            mean[f] = float(sx / n)
-            # per-unit float sums can break Cauchy-Schwarz by an ulp when the true
-            # variance is ~0: such a variance is zero
-            std[f] = sqrt_correctly_rounded(max((sxx * n - sx * sx) / (n * n), Fraction(0)))
-        return mean, std
+        """Population mean and std (ddof=0) of each feature (:meth:`statistics`)."""
+        out = self.statistics()
+        return out["mean"], out["std"]
 
-    def raw_sums(self, f: int) -> tuple[int | Fraction, Fraction, Fraction]:
-        """Feature ``f``'s exact divisor, sum of ``x`` and sum of ``x²`` (weighted:
-        of ``w x`` and ``w x²``)."""
-        return self.divisor(f), fixed_to_fraction(self.sum1[f]), fixed_to_fraction(self.sum2[f])
+    def raw(self, f: int) -> finalize.Raw:
+        """Feature ``f``'s exact raw moments: its divisor and sums of ``x``, ``x²``
+        (weighted: of ``w x``, ``w x²``), and so on up to the moments' order."""
+        sums = tuple(
+            fixed_to_fraction(getattr(self, q.name)[f], q.fraction_bits)
+            for q in reduction.POWERS[: self.order]
+        )
+        return finalize.Raw(self.divisor(f), sums)
 
-    def pooled(
-        self, groups: list[list[int]]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(count, mean, std, min, max) of each group of features taken as one
-        (anemoi's joint normalizer: all levels of a variable), from the exact raw
-        sums of its features added and rounded once; exact whatever the counts
-        (or weights) of the features."""
-        g = len(groups)
-        count = np.zeros(g, dtype=np.int64)
-        mean, std = np.full(g, np.nan), np.full(g, np.nan)
-        minimum, maximum = np.full(g, np.nan), np.full(g, np.nan)
-        for i, members in enumerate(groups):
-            n, sx, sxx = 0, Fraction(0), Fraction(0)
-            for f in members:
-                nf, sxf, sxxf = self.raw_sums(f)
-                n, sx, sxx = n + nf, sx + sxf, sxx + sxxf
-            count[i] = int(self.count[members].sum())
-            if count[i] > 0:
-                minimum[i] = float(self.minimum[members].min())
-                maximum[i] = float(self.maximum[members].max())
-            if n == 0:
+    def statistics(
+        self, groups: list[list[int]] | None = None, diffs: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Every declared statistic (:data:`wxstats.core.finalize.STATISTICS`; of
+        the differences, ``diffs``: those they have) by its result field, for each
+        feature or each of ``groups`` of features taken as one (``--pool``:
+        anemoi's joint normalizer, the exact raw moments of its features added):
+        the one place the exact moments are rounded, once each. Without a finite
+        value (or weight), a statistic is NaN."""
+        groups = [[f] for f in range(self.n_features)] if groups is None else groups
+        counts = [int(self.count[g].sum()) for g in groups]
+        out: dict[str, np.ndarray] = {}
+        raws: list[finalize.Raw] | None = None
+        for s in finalize.statistics_of(self.order, diffs):
+            if s.finalize is None:
+                q = reduction.BY_NAME[str(s.quantity)]
+                held = getattr(self, q.name)
+                if q.merge == "count":
+                    out[s.field] = np.array([int(held[g].sum()) for g in groups], np.int64)
+                    continue
+                pick = np.min if q.merge == "min" else np.max
+                found = zip(groups, counts, strict=True)
+                out[s.field] = np.array([float(pick(held[g])) if c else np.nan for g, c in found])
                 continue
-            mean[i] = float(sx / n)
-            std[i] = sqrt_correctly_rounded(max((sxx * n - sx * sx) / (n * n), Fraction(0)))
-        return count, mean, std, minimum, maximum
+            if raws is None:
+                raws = [sum((self.raw(f) for f in g[1:]), self.raw(g[0])) for g in groups]
+            out[s.field] = np.array([s.finalize(r) if r.n != 0 else np.nan for r in raws])
+        return out
 
     # -- fixed-size packing for the gather and checkpoints ---------------------
     def pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(int64 words summed across ranks, float64 minima, float64 maxima): the
         counts, then the exact sums' limbs, in the declaration's order."""
         words = [
-            getattr(self, q.name) if q.merge == "count" else to_limbs(getattr(self, q.name)).ravel()
-            for q in _packed(self.weighted)
+            getattr(self, q.name)
+            if q.merge == "count"
+            else to_limbs(getattr(self, q.name), q.limbs).ravel()
+            for q in _packed(self.weighted, self.order)
         ]
         minimum, maximum = (getattr(self, q.name).copy() for q in _extremes())
         return np.concatenate(words), minimum, maximum
 
     @staticmethod
     def unpack(
-        ints: np.ndarray, minimum: np.ndarray, maximum: np.ndarray, weighted: bool = False
+        ints: np.ndarray,
+        minimum: np.ndarray,
+        maximum: np.ndarray,
+        weighted: bool = False,
+        order: int = 2,
     ) -> Moments:
         f = int(minimum.shape[0])
-        if ints.shape[0] != f * Moments.words_per_feature(weighted):
+        if ints.shape[0] != f * Moments.words_per_feature(weighted, order):
             raise ValueError(f"{ints.shape[0]} words do not pack {f} features")
-        fields: dict[str, np.ndarray | None] = {"weight": None}
+        fields: dict[str, np.ndarray | None] = {}
         start = 0
-        for q in _packed(weighted):
+        for q in _packed(weighted, order):
             if q.merge == "count":
                 fields[q.name] = ints[start : start + f].astype(np.int64)
                 start += f
             else:
-                words = ints[start : start + f * NUM_LIMBS]
-                fields[q.name] = from_limbs(words.reshape(f, NUM_LIMBS))
-                start += f * NUM_LIMBS
+                words = ints[start : start + f * q.limbs]
+                fields[q.name] = from_limbs(words.reshape(f, q.limbs))
+                start += f * q.limbs
         for q, values in zip(_extremes(), (minimum, maximum), strict=True):
             fields[q.name] = np.asarray(values, dtype=np.float64).copy()
         return Moments(**fields)
 
 
-def _packed(weighted: bool) -> list[reduction.Quantity]:
+def _packed(weighted: bool, order: int = 2) -> list[reduction.Quantity]:
     """The kept quantities that add (counts, exact sums), in packing order."""
     return [
         q
         for q in reduction.KEPT
-        if q.merge in ("count", "sum") and (weighted or not q.weighted_only)
+        if q.merge in ("count", "sum") and reduction.present(q, weighted, order)
     ]
 
 

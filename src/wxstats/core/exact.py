@@ -104,9 +104,55 @@ def unit_raw_sums(
     return out_x, out_xx
 
 
-def fixed_to_fraction(value: int) -> Fraction:
+def unit_power_sums(
+    power: int,
+    count: np.ndarray,
+    sums: list[np.ndarray],
+    shift: np.ndarray,
+    scale: np.ndarray,
+    fraction_bits: int,
+) -> np.ndarray:
+    """Exact fixed-point ``Σx**p`` (object array (F,)) of units (U, F), as
+    :func:`unit_raw_sums` does for ``p <= 2``: ``sums[j - 1]`` the float64
+    ``Σy**j`` (weighted: ``Σ w y**j``) for ``j = 1 .. p``, and by the binomial
+    theorem ``Σx**p = Σ_j C(p, j) K**(p - j) S**j Σy**j`` (``Σy**0``: the divisor),
+    every product of float64 an integer in a fixed point of ``1074 (p + 1)`` bits
+    (``fraction_bits``; each shift below is then non-negative, as there). For the
+    higher moments (``--moments 4``): written for clarity, not speed."""
+    mantissa, exponent = np.frexp(np.asarray(scale, dtype=np.float64))
+    if not np.all((mantissa == 0.5) & (exponent - 1 >= -1020) & (exponent - 1 <= 1020)):
+        raise ValueError("a unit's scale is not a power of two in [2**-1020, 2**1020]")
+    if fraction_bits < 1074 * (power + 1):
+        raise ValueError(f"{fraction_bits} fraction bits cannot hold a sum of x**{power}")
+    counts = np.asarray(count)
+    n_features = counts.shape[1]
+    binomial = [math.comb(power, j) for j in range(power + 1)]
+    totals = [0] * n_features
+    columns = [counts.tolist()] + [np.asarray(a, dtype=np.float64).tolist() for a in sums[:power]]
+    rows = zip(
+        *columns, np.asarray(shift, dtype=np.float64).tolist(), (exponent - 1).tolist(), strict=True
+    )
+    for *terms, ku, su in rows:
+        for f in range(n_features):
+            if not terms[0][f]:
+                continue
+            mk, dk = float(ku[f]).as_integer_ratio()
+            ek = dk.bit_length() - 1
+            s = su[f]
+            for j in range(power + 1):
+                term = terms[j][f]
+                m, d = (term, 1) if term.__class__ is int else term.as_integer_ratio()
+                e = d.bit_length() - 1
+                shift_bits = fraction_bits - (power - j) * ek - e + j * s
+                totals[f] += binomial[j] * mk ** (power - j) * m << shift_bits
+    out = np.empty(n_features, dtype=object)
+    out[:] = totals
+    return out
+
+
+def fixed_to_fraction(value: int, fraction_bits: int = FRACTION_BITS) -> Fraction:
     """The exact rational value of a fixed-point integer."""
-    return Fraction(value, 1 << FRACTION_BITS)
+    return Fraction(value, 1 << fraction_bits)
 
 
 def exact_sum(values: np.ndarray) -> np.ndarray:
@@ -118,35 +164,36 @@ def exact_sum(values: np.ndarray) -> np.ndarray:
     return out.reshape(np.shape(values))
 
 
-def to_limbs(values: np.ndarray) -> np.ndarray:
+def to_limbs(values: np.ndarray, num_limbs: int = NUM_LIMBS) -> np.ndarray:
     """Signed 32-bit limbs (int64) of an object array of exact integers.
 
     Shape ``values.shape + (NUM_LIMBS,)``. Each limb carries the sign of its
     integer so that limb-wise sums of several encodings decode to the sum.
     """
     flat = np.asarray(values, dtype=object).ravel()
-    out = np.zeros((flat.size, NUM_LIMBS), dtype=np.int64)
+    out = np.zeros((flat.size, num_limbs), dtype=np.int64)
     for i, v in enumerate(flat.tolist()):
         sign = -1 if v < 0 else 1
         magnitude = -v if v < 0 else v
-        if magnitude.bit_length() > LIMB_BITS * NUM_LIMBS - 1:
+        if magnitude.bit_length() > LIMB_BITS * num_limbs - 1:
             raise OverflowError("exact sum exceeds the limb capacity")
         j = 0
         while magnitude:
             out[i, j] = sign * (magnitude & _LIMB_MASK)
             magnitude >>= LIMB_BITS
             j += 1
-    return out.reshape(np.shape(values) + (NUM_LIMBS,))
+    return out.reshape(np.shape(values) + (num_limbs,))
 
 
 def from_limbs(limbs: np.ndarray) -> np.ndarray:
     """Inverse of :func:`to_limbs` (also for limb-wise sums of encodings)."""
     limbs = np.asarray(limbs, dtype=np.int64)
-    flat = limbs.reshape(-1, NUM_LIMBS)
+    num_limbs = limbs.shape[-1]
+    flat = limbs.reshape(-1, num_limbs)
     out = np.empty(flat.shape[0], dtype=object)
     for i, row in enumerate(flat.tolist()):
         total = 0
-        for j in range(NUM_LIMBS - 1, -1, -1):
+        for j in range(num_limbs - 1, -1, -1):
             total = (total << LIMB_BITS) + row[j]
         out[i] = total
     return out.reshape(limbs.shape[:-1])

@@ -123,7 +123,7 @@ def scratch_sizes(lanes: int, n_c: int, chunk: int, weighted: bool) -> tuple[int
     """Sizes of the kernel's float64 and int64 scratch (its layout is in
     :func:`wxstats.core._kernels_numba.kernel`): the machine code allocates
     nothing, so it needs none of numba's runtime."""
-    return 5 * lanes + 3 * n_c + (chunk * n_c if weighted else 0), 3 * lanes
+    return 7 * lanes + 5 * n_c + (chunk * n_c if weighted else 0), 3 * lanes
 
 
 def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,

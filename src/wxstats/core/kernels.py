@@ -97,10 +97,13 @@ class BlockSums:
         arrays = reduction.kernel_arrays(1 + len(lags), n_t, n_f)
         return BlockSums(tuple(sorted(lags)), arrays, refs, weighted)
 
-    def of(self, name: str) -> np.ndarray:
+    def of(self, name: str) -> np.ndarray | None:
         """Quantity ``name`` of every part: (parts, T, F) per step, else (parts, F),
-        or (parts, groups, F) for a block with groups."""
+        or (parts, groups, F) for a block with groups; None where the reduction's
+        order has no slot for it (the third and fourth powers without ``--moments 4``)."""
         array, i = reduction.slot(name)
+        if i >= self.arrays[array].shape[1]:
+            return None
         values = self.arrays[array][:, i]
         if self.groups is None and not reduction.BY_NAME[name].per_step:
             return values[:, 0]
@@ -138,12 +141,13 @@ def _views(q: reduction.Quantity) -> None:
     prefix = "step_" if q.per_step else ""
 
     def values(self: BlockSums) -> np.ndarray | None:
-        return None if q.weighted_only and not self.weighted else self.of(q.name)[0]
+        part = self.of(q.name)
+        return None if part is None or (q.weighted_only and not self.weighted) else part[0]
 
     def diffs(self: BlockSums) -> dict[int, np.ndarray]:
-        if q.weighted_only and not self.weighted:
-            return {}
         part = self.of(q.name)
+        if part is None or (q.weighted_only and not self.weighted):
+            return {}
         return {k: part[1 + i] for i, k in enumerate(self.lags)}
 
     setattr(BlockSums, prefix + q.name, property(values))
@@ -278,21 +282,23 @@ def _overflowed(sums: BlockSums) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     def bad(*rows: np.ndarray | None) -> np.ndarray:
         return ~np.logical_and.reduce([np.isfinite(r) for r in rows if r is not None])
 
-    values = bad(sums.step_sum1, sums.step_sum2, sums.step_weight)
+    summed = [q.name for q in reduction.QUANTITIES if q.merge == "sum" and q.per_step]
+    values = bad(*(getattr(sums, f"step_{name}") for name in summed))
     diffs = {
-        k: bad(sums.diff_step_sum1[k], sums.diff_step_sum2[k], sums.diff_step_weight.get(k))
+        k: bad(*(getattr(sums, f"diff_step_{name}").get(k) for name in summed))
         for k in sums.diff_step_sum1
     }
     return values, diffs
 
 
-def block_sums(block: Block, refs: StepReferences | None = None) -> BlockSums:
+def block_sums(block: Block, refs: StepReferences | None = None, order: int = 2) -> BlockSums:
     """Per-step sums of ``(x - shift) / scale`` and of the differences, compiled
-    (weighted by ``block.weights`` when it has them), each step with its own
-    reference (:func:`step_references`, or ``refs``). A step whose sums overflow
-    is summed again with its scale from its whole row (still its own data)."""
+    (weighted by ``block.weights`` when it has them), of its powers up to ``order``
+    (``--moments``), each step with its own reference (:func:`step_references`, or
+    ``refs``). A step whose sums overflow is summed again with its scale from its
+    whole row (still its own data)."""
     refs = refs if refs is not None else step_references(block)
-    sums = _block_sums(block, refs)
+    sums = _block_sums(block, refs, order)
     values, diffs = _overflowed(sums)
     if not (values.any() or any(m.any() for m in diffs.values())):
         return sums
@@ -315,10 +321,10 @@ def block_sums(block: Block, refs: StepReferences | None = None) -> BlockSums:
             rows = unit_rows(a, channels, t, k)[None]
             widened = unit_reference.widened(rows, wide.diff_shift[k][t][None])[0]
             wide.diff_scale[k][t] = np.where(mask[t], widened, wide.diff_scale[k][t])
-    return _block_sums(block, wide)
+    return _block_sums(block, wide, order)
 
 
-def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
+def _block_sums(block: Block, refs: StepReferences, order: int) -> BlockSums:
     lags = sorted(block.diff_ranges)
     channels = np.asarray(block.channels, dtype=np.int64)
     array = block.array
@@ -362,7 +368,7 @@ def _block_sums(block: Block, refs: StepReferences) -> BlockSums:
     scaling = np.empty((n_p, 3, n_t, lanes))  # per part: shift, 1/scale, -shift/scale
     scaling[0] = sh, iv, -(sh * iv)
     scaling[1:, 0], scaling[1:, 1], scaling[1:, 2] = dsh, div, -(dsh * div)
-    out = reduction.kernel_arrays(n_p, n_t, n_c, n_groups)
+    out = reduction.kernel_arrays(n_p, n_t, n_c, n_groups, order)
     run_kernel(
         array.nbytes,
         array.reshape(n_t, n_g * n_c),

@@ -7,7 +7,9 @@ block's sums (:class:`wxstats.core.kernels.BlockSums`), the kernel's output
 arrays (:func:`kernel_arrays`, :func:`slot`: the compiled kernel and its numpy
 twin index them by these slots) and the exact moments' fields and packing
 (:class:`wxstats.core.combine.Moments`). Adding a quantity is one row here plus
-the line of the lane template that computes it.
+the line of the lane template that computes it. What the statistics make of
+them is declared in :mod:`wxstats.core.finalize` (not here: this file is part of
+the kernel's sources, and a statistic changes no machine code).
 
 The compiled kernel freezes the slots (:func:`slot`) at compile time: its
 stored machine code is named by a digest of this file
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from wxstats.core.exact import FRACTION_BITS, NUM_LIMBS
 
 Merge = Literal["sum", "count", "min", "max"]
 
@@ -49,14 +53,28 @@ class Quantity:
     kept: bool = True
     """Held by the exact moments (else only checked per block: ``inf_count``
     is refused, never accumulated)."""
+    power: int = 0
+    """A sum's power of ``x`` (``sum2``: ``Σx²``); 0 for the others."""
+    order: int = 0
+    """Accumulated only by a reduction of this order or above (``--moments``: the
+    highest power summed; the default 2 keeps the sums, kernel and files as they
+    were), 0 always."""
+    fraction_bits: int = FRACTION_BITS
+    """The fixed point of its exact sum (a unit's ``Σx**p`` is a sum of products of
+    ``p + 1`` float64: a multiple of ``2**-(1074 (p + 1))``; 3222 for ``p <= 2``)."""
+    limbs: int = NUM_LIMBS
+    """32-bit limbs of its exact sum when packed (its largest value in that fixed
+    point, a count of 2**63 and 2**31 contributors of headroom)."""
 
 
 QUANTITIES: tuple[Quantity, ...] = (
     Quantity("count", np.int64, 0, "count", per_step=True),
     Quantity("nan_count", np.int64, 0, "count", per_step=False, diffs=False),
-    Quantity("sum1", np.float64, 0.0, "sum", per_step=True),
-    Quantity("sum2", np.float64, 0.0, "sum", per_step=True),
+    Quantity("sum1", np.float64, 0.0, "sum", per_step=True, power=1),
+    Quantity("sum2", np.float64, 0.0, "sum", per_step=True, power=2),
     Quantity("weight", np.float64, 0.0, "sum", per_step=True, weighted_only=True),
+    Quantity("sum3", np.float64, 0.0, "sum", True, power=3, order=4, fraction_bits=4296, limbs=270),
+    Quantity("sum4", np.float64, 0.0, "sum", True, power=4, order=4, fraction_bits=5370, limbs=340),
     Quantity("minimum", np.float64, np.inf, "min", per_step=False),
     Quantity("maximum", np.float64, -np.inf, "max", per_step=False),
     Quantity("inf_count", np.int64, 0, "count", per_step=False, diffs=False, kept=False),
@@ -67,6 +85,15 @@ state files."""
 
 BY_NAME = {q.name: q for q in QUANTITIES}
 KEPT = tuple(q for q in QUANTITIES if q.kept)
+ORDERS = (2, 4)
+"""The orders a reduction may have (``--moments``)."""
+POWERS = tuple(sorted((q for q in QUANTITIES if q.power), key=lambda q: q.power))
+"""The sums of powers of ``x``, by power: what :class:`Raw` holds."""
+
+
+def present(q: Quantity, weighted: bool, order: int) -> bool:
+    """Whether a reduction (``weighted``, of ``order``) accumulates ``q``."""
+    return (weighted or not q.weighted_only) and q.order <= order
 
 
 def _array_of(q: Quantity) -> str:
@@ -88,12 +115,17 @@ def slot(name: str) -> tuple[str, int]:
     return array, ARRAYS[array].index(name)
 
 
-def kernel_arrays(n_parts: int, n_t: int, n_c: int, n_groups: int = 1) -> dict[str, np.ndarray]:
+def kernel_arrays(
+    n_parts: int, n_t: int, n_c: int, n_groups: int = 1, order: int = 2
+) -> dict[str, np.ndarray]:
     """The kernel's outputs, each slot at its quantity's identity: ``steps_*``
     (parts, slots, T, C), ``totals_*`` (parts, slots, groups, C), a total per group
-    of time steps (a climatology's month or hour; one group without)."""
+    of time steps (a climatology's month or hour; one group without). The slots of a
+    higher ``order`` come last, so an array of order 2 lacks them (the kernel sums
+    the higher powers when its array has their slots)."""
     out = {}
-    for array, names in ARRAYS.items():
+    for array, every in ARRAYS.items():
+        names = tuple(name for name in every if BY_NAME[name].order <= order)
         first = BY_NAME[names[0]]
         n = len(names)
         shape = (n_parts, n, n_t, n_c) if first.per_step else (n_parts, n, n_groups, n_c)

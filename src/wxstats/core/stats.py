@@ -20,7 +20,7 @@ Everything describing the run rather than the data lives in ``Stats.run``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were de
     stream_name,
     units_coord,
 )
+from wxstats.core.finalize import DIFF_STATISTICS, STATISTICS
 from wxstats.core.streams import (  # noqa: F401 - re-exported: they were defined here
     GROUP_DIMS,
     POOLED_ATTR,
@@ -50,12 +51,31 @@ from wxstats.core.streams import (  # noqa: F401 - re-exported: they were define
     with_feature_units,
 )
 
-VALUE_OPS = ("count", "mean", "std", "min", "max", "nan_count")
-"""The per-feature statistics of a stream, as named in files."""
+VALUE_OPS = tuple(s.name for s in STATISTICS)
+"""The per-feature statistics of a stream, as named in files (declared in
+:data:`wxstats.core.finalize.STATISTICS`)."""
+DIFF_OPS = tuple(
+    op
+    for s in DIFF_STATISTICS
+    for op in (s.name, *(("mean_standardized", "std_standardized") if s.name == "std" else ()))
+)
+"""The per-feature statistics of a stream's differences, as named in files (after
+``diff_``): the declared ones, and after ``std`` neural-lam's scale (derived)."""
+_FIELD = {s.name: s.field for s in STATISTICS} | {
+    "mean_standardized": "mean_standardized",
+    "std_standardized": "std_standardized",
+}
 DIFF_DIM = "diff_step"
 """The dimension of difference statistics in a labelled view (steps as the source counts them)."""
 DIFF_SPAN = "diff_span"
 """The time span of each difference step (``6h``), a string coordinate along ``diff_step``."""
+
+
+def stat_fields(ops: dict[str, Any], diffs: bool = False) -> dict[str, Any]:
+    """The declared statistics found in ``ops`` (by the names files give them) as
+    :class:`StreamStats` (``diffs``: :class:`DiffStats`) fields: what readers build from."""
+    declared = DIFF_STATISTICS if diffs else STATISTICS
+    return {s.field: ops[s.name] for s in declared if s.name in ops}
 
 
 def weighting(attrs: dict[str, Any]) -> str:
@@ -83,6 +103,8 @@ class DiffStats:
     std_standardized: np.ndarray | None = None
     minimum: np.ndarray | None = None
     maximum: np.ndarray | None = None
+    skewness: np.ndarray | None = None
+    excess_kurtosis: np.ndarray | None = None
 
 
 @dataclass
@@ -111,6 +133,9 @@ class StreamStats:
     files keep only the difference std); ``compare`` leaves them out."""
     time_mean: np.ndarray | None = None
     """(G, F): the mean over time of every grid point (a run that asked for it)."""
+    skewness: np.ndarray | None = None
+    excess_kurtosis: np.ndarray | None = None
+    """``m3 / m2**1.5`` and ``m4 / m2**2 - 3`` (population): a run of ``--moments 4``."""
     diff_span: dict[int | None, int] = field(default_factory=dict)
     """Seconds each ``diff`` step spans, where known: the keys count hours for MEPS,
     time steps for zarr/netCDF and anemoi; only the span says what a difference is."""
@@ -137,8 +162,7 @@ class StreamStats:
 
     def op(self, name: str) -> np.ndarray | None:
         """A statistic by its file name (``min`` is :attr:`minimum`...)."""
-        attr = {"min": "minimum", "max": "maximum"}.get(name, name)
-        return getattr(self, attr)
+        return getattr(self, _FIELD[name])
 
     @property
     def labels(self) -> StreamLayout:
@@ -181,17 +205,13 @@ class StreamStats:
                 attrs = {"long_name": "time span of each difference step"}
                 coords[DIFF_SPAN] = ((DIFF_DIM,), np.asarray(spans, dtype=object), attrs)
             scaled = [self.standardized_diff(k) for k in steps]
-            for op, values in (
-                ("diff_count", [self.diff[k].count for k in steps]),
-                ("diff_mean", [self.diff[k].mean for k in steps]),
-                ("diff_std", [self.diff[k].std for k in steps]),
-                ("diff_mean_standardized", [s[0] for s in scaled]),
-                ("diff_std_standardized", [s[1] for s in scaled]),
-                ("diff_min", [self.diff[k].minimum for k in steps]),
-                ("diff_max", [self.diff[k].maximum for k in steps]),
-            ):
+            for op in DIFF_OPS:
+                if op in ("mean_standardized", "std_standardized"):
+                    values = [pair[op == "std_standardized"] for pair in scaled]
+                else:
+                    values = [getattr(self.diff[k], _FIELD[op]) for k in steps]
                 if all(v is not None for v in values):
-                    variables[op] = ((DIFF_DIM, *dims), lay.shaped(values, (len(steps),)))
+                    variables[f"diff_{op}"] = ((DIFF_DIM, *dims), lay.shaped(values, (len(steps),)))
         return variables, coords
 
     def to_xarray(self) -> Any:
@@ -288,36 +308,21 @@ def concatenate(name: str, streams: list[StreamStats], split: str | None = None)
                 parts.append(s.diff[k])
             else:  # no pairs for this stream: count 0, no values
                 n = len(s.features)
-                nan = np.full(n, np.nan)
-                parts.append(
-                    DiffStats(nan, nan, np.zeros(n, dtype=np.int64), minimum=nan, maximum=nan)
-                )
+                none = {d.field: np.full(n, np.nan) for d in DIFF_STATISTICS}
+                parts.append(DiffStats(**none | {"count": np.zeros(n, dtype=np.int64)}))
 
         def join(attr: str, parts: list[DiffStats] = parts) -> np.ndarray | None:
             values = [getattr(p, attr) for p in parts]
             return None if any(v is None for v in values) else np.concatenate(values)
 
-        diff[k] = DiffStats(
-            join("mean"),
-            join("std"),
-            join("count"),
-            join("mean_standardized"),
-            join("std_standardized"),
-            join("minimum"),
-            join("maximum"),
-        )
+        diff[k] = DiffStats(**{f.name: join(f.name) for f in fields(DiffStats)})
     first = streams[0].layout if streams else None
     layout = StreamLayout(variable=name, split=split or "", role=name) if first else None
     return StreamStats(
         name=name,
         features=[f for s in streams for f in s.features],
         units=[u for s in streams for u in s.units],
-        mean=cat("mean"),
-        std=cat("std"),
-        count=cat("count"),
-        minimum=cat("minimum"),
-        maximum=cat("maximum"),
-        nan_count=cat("nan_count"),
+        **{s.field: cat(s.field) for s in STATISTICS},
         diff=diff,
         long_names=[n for s in streams for n in (s.long_names or s.features)],
         layout=layout,

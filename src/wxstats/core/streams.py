@@ -151,3 +151,6 @@ class StreamSpec:
     (see :attr:`StreamStats.diff_span`)."""
     pooled: Pooling | None = None
     """Also the statistics of groups of its features taken together (``--pool``)."""
+    order: int = 2
+    """The highest power of its values summed (``--moments``: 4 for the skewness
+    and kurtosis); 2 keeps the sums and files of the mean and std alone."""

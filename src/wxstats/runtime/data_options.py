@@ -207,3 +207,14 @@ class DataOptions:
         identity="data.skipna",
         from_state=lambda s: bool(s.identity["skipna"]),
     )
+    moments: int = option(
+        2,
+        "--moments",
+        "the highest power of the values summed: 2 (default) the mean and std; 4 also "
+        "the skewness and excess kurtosis of values and differences (exact like the rest; "
+        "in the statistics file and the summary, not in a trainer's files)",
+        parse=int,
+        choices=(2, 4),
+        identity="data.moments",
+        from_state=lambda s: int(s.identity.get("moments", 2)),  # absent before --moments
+    )

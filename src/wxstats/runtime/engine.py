@@ -90,7 +90,7 @@ def blocks_accumulator(
         given = blocks.get(spec.name, [])
         pieces = [given] if isinstance(given, Block) else given
         for block in pieces:
-            sums = block_sums(block)
+            sums = block_sums(block, order=spec.order)
             here = block.origin or where  # the file holding these values
             _refuse_bad_values(here, spec, sums, skipna)
             stream = acc.streams[spec.name]

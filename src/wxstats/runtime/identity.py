@@ -52,7 +52,7 @@ _SECTION_NAMES = {s for sections in SECTIONS.values() for s in sections}
 
 _ORDER = (
     "data", "run", "job", "version", "kind", "split", "time_dim", "variables", "features", "units",
-    "grid", "coords", "channels", "config", "diff_steps", "skipna", "by", "weights",
+    "grid", "coords", "channels", "config", "diff_steps", "skipna", "by", "weights", "moments",
     "times", "splits", "period", "window", "inputs", "samples", "wxstats_version",
     "files", "arrays",
 )  # fmt: skip
@@ -67,6 +67,7 @@ _NAMES = {
     "config": "datastore config file content",
     "diff_steps": "difference steps",
     "skipna": "--skipna",
+    "moments": "--moments",
     "by": "--by",
     "times": "time axis (first, last, steps)",
     "splits": "splits (name, first and end step; --split, --period)",
@@ -82,8 +83,14 @@ def run_identity(source: Source, skipna: bool, who: str = "checkpoint") -> dict[
     key of :data:`SECTIONS`; see module docstring)."""
     files = "files" in SECTIONS[who]
     own = source.identity(files=files)
+    order = max((s.order for s in source.streams), default=2)
     whole = {
-        "data": {"version": VERSION, **own.get("data", {}), "skipna": bool(skipna)},
+        "data": {
+            "version": VERSION,
+            **own.get("data", {}),
+            "skipna": bool(skipna),
+            **({"moments": order} if order != 2 else {}),  # absent: 2, as before --moments
+        },
         "run": own.get("run", {}),
         "files": own.get("files", {}) if files else {},
     }

@@ -13,6 +13,7 @@ was interrupted is repaired first; any other run refuses such a store.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ def open_source(options: ComputeOptions, given: Any = None) -> Source:
     )
     source = factory.open_source(options.dataset, selection, given=given, kind=kind)
     check_missing(source, options)
+    if options.moments != 2:  # the higher powers: every stream sums them (--moments)
+        source.streams = [replace(s, order=options.moments) for s in source.streams]
     return source
 
 

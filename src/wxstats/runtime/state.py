@@ -186,6 +186,8 @@ def _spec_json(spec: StreamSpec) -> dict[str, Any]:
         "weighted": bool(spec.weighted),
         "layout": _layout_json(spec.layout, spec.units, spec.long_names),
     }
+    if spec.order != 2:  # --moments 4; absent in the states before it
+        out["order"] = spec.order
     pool = spec.pooled
     if pool is not None:  # a state merged or updated later writes the pooled statistics too
         out["pooled"] = {
@@ -223,6 +225,7 @@ def _spec_of(d: dict[str, Any]) -> StreamSpec:
         bool(d.get("weighted", False)),
         diff_span={int(k): int(v) for k, v in d.get("diff_span", {}).items()},
         pooled=pooled,
+        order=int(d.get("order", 2)),
     )
 
 

@@ -20,6 +20,12 @@ OUTLIER_SIGMAS = 30.0
 """Warn when min or max lie further than this many std from the mean."""
 UNCORRELATED_RATIO = 1.5
 """diff_std/std of independent steps is sqrt(2); above 1.5 the steps look like noise."""
+SKEW_LIMIT = 1.0
+"""|skewness| above 1: "highly skewed" by the usual rule of thumb (Bulmer); a
+standardized variable then keeps most of its spread on one side."""
+KURTOSIS_LIMIT = 3.0
+"""Excess kurtosis above 3: tails heavier than a Laplace distribution's (a normal
+has 0): after standardizing, values of 10 std or more are not rare."""
 POSITIVE_UNITS = {"K": "temperature in kelvin", "Pa": "pressure", "hPa": "pressure"}
 
 
@@ -33,6 +39,28 @@ class Finding:
 def _value(stream: StreamStats, op: str, i: int) -> float | None:
     values = stream.op(op)
     return float(values[i]) if values is not None else None
+
+
+def transform_advice(
+    skewness: float, kurtosis: float, mean: float, lo: float, hi: float
+) -> str | None:
+    """The transform that would bring a heavy-tailed variable closer to normal, from
+    its statistics alone (None: not heavy-tailed). A skewed variable's longer side
+    is folded: ``sqrt`` for tails like a gamma distribution's (whose excess kurtosis
+    is 1.5 skewness²), ``log1p(x / s)`` for heavier ones (a lognormal's, above 2
+    skewness²; ``s`` near the mean, where the logarithm bends); a left-skewed one
+    (humidity near saturation) from its maximum down."""
+    if not (abs(skewness) > SKEW_LIMIT or kurtosis > KURTOSIS_LIMIT):
+        return None
+    if abs(skewness) <= SKEW_LIMIT:
+        return "symmetric heavy tails: asinh(x / s) or clipping the extremes, not a power"
+    if skewness > 0:
+        base, scale = ("x", mean) if lo >= 0 else (f"(x - {lo:.6g})", mean - lo)
+    else:
+        base, scale = f"({hi:.6g} - x)", hi - mean
+    if kurtosis > 2 * skewness * skewness:
+        return f"log1p({base} / {scale:.3g})"
+    return f"sqrt({base})"
 
 
 def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
@@ -70,6 +98,15 @@ def _stream_findings(category: str, stream: StreamStats) -> list[Finding]:
                         f"{label} {bound:.6g} is {abs(bound - mean) / std:.0f} std {side} the "
                         "mean: outliers or fill values?"
                     )
+        skew, kurt = _value(stream, "skewness", i), _value(stream, "excess_kurtosis", i)
+        if None not in (skew, kurt, mean, lo, hi) and math.isfinite(skew) and math.isfinite(kurt):
+            advice = transform_advice(skew, kurt, mean, lo, hi)
+            if advice is not None:
+                add(
+                    f"heavy-tailed (skewness {skew:.3g}, excess kurtosis {kurt:.3g}; normal: "
+                    f"0, 0): standardized, it keeps long tails; {advice} would be closer "
+                    "to normal"
+                )
         if unit in POSITIVE_UNITS:
             lowest = lo if lo is not None else mean
             if lowest is not None and lowest < 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from wxstats.core.stats import Stats, StreamStats
+from wxstats.core.stats import VALUE_OPS, Stats, StreamStats
 from wxstats.tools.labels import feature_labels, with_labels
 
 REPORT_NAMES = ("wxstats_report.png", "wxstats_report.html")
@@ -117,7 +117,7 @@ def _html_stream_table(
     category: str, stream: StreamStats, flags: dict[tuple[str, str], list[str]]
 ) -> str:
     steps = sorted(stream.diff, key=str)
-    shown = ("count", "nan_count", "mean", "std", "min", "max")
+    shown = ("count", "nan_count", *(op for op in VALUE_OPS if "count" not in op))
     ops = [op for op in shown if stream.op(op) is not None]
     head = ["variable", "units", *ops]
     for k in steps:

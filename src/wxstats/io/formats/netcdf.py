@@ -30,6 +30,7 @@ from wxstats.core.conventions import (
 from wxstats.core.errors import InputError
 from wxstats.core.stats import (
     DIFF_DIM,
+    DIFF_OPS,
     DIFF_SPAN,
     POOLED_ATTR,
     VALUE_OPS,
@@ -37,6 +38,7 @@ from wxstats.core.stats import (
     Stats,
     StreamLayout,
     StreamStats,
+    stat_fields,
     weighting,
 )
 from wxstats.core.untrusted import parse_json
@@ -49,7 +51,6 @@ METHOD = (
     "shifted, power-of-two-scaled values combined by exact (integer) summation and "
     "rounded once; diff statistics over x[t] - x[t-k]; *_standardized = diff / std"
 )
-DIFF_OPS = ("count", "mean", "std", "mean_standardized", "std_standardized", "min", "max")
 OPS = VALUE_OPS + tuple(f"diff_{op}" for op in DIFF_OPS)
 _NAME = re.compile(
     r"^(?P<prefix>.+)__(?P<split>(?:(?!__)[^/])+)__(?P<op>"
@@ -281,13 +282,9 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
                 if op not in got:
                     derived.add(f"{tag} {op}")
             diff[k] = DiffStats(
-                mean=mean,
-                std=dstd,
-                count=got.get("count"),
+                **stat_fields(got, diffs=True) | {"mean": mean, "std": dstd},
                 mean_standardized=got.get("mean_standardized"),
                 std_standardized=got.get("std_standardized"),
-                minimum=got.get("min"),
-                maximum=got.get("max"),
             )
     role = prefix if prefix in ROLES else "state"
     pooled = anchor.attrs.get(POOLED_ATTR)
@@ -304,12 +301,8 @@ def _stream(ds: Any, prefix: str, split: str, ops: dict[str, str], step: int | N
         name=stream_name(prefix, split),
         features=features,
         units=units,
-        mean=values["mean"].astype(np.float64),
-        std=values["std"].astype(np.float64),
-        count=values.get("count"),
-        minimum=values.get("min"),
-        maximum=values.get("max"),
-        nan_count=values.get("nan_count"),
+        **stat_fields(values)
+        | {"mean": values["mean"].astype(np.float64), "std": values["std"].astype(np.float64)},
         diff=diff,
         long_names=long_names,
         layout=layout,

@@ -18,6 +18,7 @@ import numpy as np
 
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, first_line
+from wxstats.core.finalize import DIFF_STATISTICS, STATISTICS
 from wxstats.core.stats import (
     VALUE_OPS,
     DiffStats,
@@ -25,6 +26,7 @@ from wxstats.core.stats import (
     StreamLayout,
     StreamStats,
     concatenate,
+    stat_fields,
 )
 from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
@@ -44,12 +46,13 @@ def _entries(stream: StreamStats) -> dict[str, dict[str, Any]]:
     every statistic the stream has: NaN count and differences too."""
     out = {}
     for f, feature in enumerate(stream.features):
-        entry: dict[str, Any] = {"count": None if stream.count is None else int(stream.count[f])}
-        for op in ("mean", "std", "min", "max"):
-            values = stream.op(op)
-            entry[op] = None if values is None else float(values[f])
-        if stream.nan_count is not None:
-            entry["nan_count"] = int(stream.nan_count[f])
+        entry: dict[str, Any] = {}
+        for s in STATISTICS:
+            values = stream.op(s.name)
+            if values is not None:
+                entry[s.name] = int(values[f]) if s.integer else float(values[f])
+            elif not s.optional:
+                entry[s.name] = None
         if stream.diff:
             entry["diff"] = {
                 str(k): {
@@ -67,10 +70,10 @@ def _diff_entry(d: DiffStats, span: str | None, feature: int | None = None) -> d
     the step's time span (``6h``) when known: the key counts hours or steps."""
     pick = slice(None) if feature is None else slice(feature, feature + 1)
     entry: dict[str, Any] = {} if span is None else {"span": span}
-    entry.update(count=_ints(d.count[pick]), mean=_json_floats(d.mean[pick]))
-    entry["std"] = _json_floats(d.std[pick])
-    if d.minimum is not None and d.maximum is not None:
-        entry.update(min=_json_floats(d.minimum[pick]), max=_json_floats(d.maximum[pick]))
+    for s in DIFF_STATISTICS:
+        values = getattr(d, s.field)
+        if values is not None:
+            entry[s.name] = (_ints if s.integer else _json_floats)(values[pick])
     return entry
 
 
@@ -81,12 +84,9 @@ def _split_summary(stats: Stats, split: str | None) -> dict[str, Any]:
         "variables": list(state.features),
         "units": list(state.units),
         "state": {
-            "count": _ints(state.count),
-            "mean": _json_floats(state.mean),
-            "std": _json_floats(state.std),
-            "min": _json_floats(state.minimum),
-            "max": _json_floats(state.maximum),
-            "nan_count": _ints(state.nan_count),
+            s.name: (_ints if s.integer else _json_floats)(state.op(s.name))
+            for s in STATISTICS
+            if state.op(s.name) is not None or not s.optional
         },
         "diff": {
             str(k): _diff_entry(d, state.diff_span_name(k)) for k, d in sorted(state.diff.items())
@@ -142,12 +142,7 @@ def _stream(name: str, ops: dict[str, np.ndarray], split: str, **fields: Any) ->
     """A stream of category ``name`` from the statistics ``ops`` found."""
     return StreamStats(
         name=name,
-        mean=ops["mean"],
-        std=ops["std"],
-        count=ops.get("count"),
-        minimum=ops.get("min"),
-        maximum=ops.get("max"),
-        nan_count=ops.get("nan_count"),
+        **stat_fields(ops),
         layout=StreamLayout(variable=name, split=split, role=name),
         **fields,
     )
@@ -168,16 +163,13 @@ def _per_feature(entries: dict, category: str, split: str, where: str) -> Stream
     if names and all(isinstance(d, dict) for d in per_step):
         for step in set.intersection(*(set(d) for d in per_step)):
             got = {}
-            for op in ("count", "mean", "std", "min", "max"):
+            for op in (s.name for s in DIFF_STATISTICS):
                 if all(isinstance(d[step], dict) and op in d[step] for d in per_step):
                     what = f"{category}.diff.{step}.{op}"
                     got[op] = _floats([d[step][op] for d in per_step], where, what)
             if "mean" in got and "std" in got:
                 key = _step(step, where)
-                diff[key] = DiffStats(
-                    got["mean"], got["std"], got.get("count"),
-                    minimum=got.get("min"), maximum=got.get("max"),
-                )  # fmt: skip
+                diff[key] = DiffStats(**stat_fields(got, diffs=True))
                 span = _span(per_step[0][step], where, f"{category}.diff.{step}")
                 if span:
                     spans[key] = span
@@ -250,13 +242,7 @@ def _summary_stats(data: Any, path: Path, split: str | None) -> Stats:
         if span:
             spans[key] = span
         if "mean" in got and "std" in got:
-            diff[key] = DiffStats(
-                mean=got["mean"],
-                std=got["std"],
-                count=got.get("count"),
-                minimum=got.get("min"),
-                maximum=got.get("max"),
-            )
+            diff[key] = DiffStats(**stat_fields(got, diffs=True))
             derived |= {f"diff{key} mean_standardized", f"diff{key} std_standardized"}
     if "mean" not in ops or "std" not in ops:
         raise InputError(f"{path}: the state section holds no mean and std")
