@@ -43,6 +43,7 @@ class DelayProxy:
         self.gather_only = ""
         self.timed_out = False
         self.requests = 0
+        self.lines: list[tuple[float, str]] = []  # (loop time, request line), in order
         self.in_flight = 0
         self.most = 0
         self._loop = asyncio.new_event_loop()
@@ -64,6 +65,7 @@ class DelayProxy:
                 self.delay = delay
             self.gather, self.gather_only, self.timed_out = gather, gather_only, False
             self.requests, self.most = 0, self.in_flight
+            self.lines = []
             self._gathered = asyncio.Event()
 
         self._call(apply)
@@ -123,7 +125,9 @@ class DelayProxy:
                 self.requests += 1
                 self.in_flight += 1
                 self.most = max(self.most, self.in_flight)
-                await self._hold(data.split(b"\r\n", 1)[0].decode("latin-1"))
+                line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                self.lines.append((self._loop.time(), line))
+                await self._hold(line)
             up_writer.write(data)
             await up_writer.drain()
 

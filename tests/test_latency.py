@@ -101,7 +101,8 @@ def _simulate(latency: float, per_second: float, in_flight: InFlight, requests: 
     [
         (0.1, 1e6, MOST_IN_FLIGHT, MOST_IN_FLIGHT),  # far: as many as allowed
         (0.1, 400.0, 32, 64),  # 100 ms x 400/s: the pipe holds 40
-        (0.03, 400.0, 8, 16),  # 30 ms x 400/s: 12
+        (0.03, 400.0, FIRST_IN_FLIGHT, FIRST_IN_FLIGHT),  # 30 ms x 400/s: 12, fewer than the start
+        (0.05, 10_000.0, 256, 256),  # 50 ms x 10,000/s: 500, more than allowed
         (0.002, 100.0, FIRST_IN_FLIGHT, FIRST_IN_FLIGHT),  # slow store: never more
     ],
 )
@@ -125,3 +126,24 @@ def test_a_fixed_number_is_kept():
     chosen = InFlight(8)
     _simulate(0.1, 1e6, chosen, 1000)
     assert chosen.limit == 8
+
+
+def test_an_object_corrupt_on_arrival_is_one_line_naming_it(store):
+    """Chunk objects read ahead are decoded as they arrive (in the reading
+    threads): a corrupt one is still the error of the block that reads it."""
+    import s3fs
+
+    from wxstats.core.errors import InputError
+
+    proxy, _, options, _ = store
+    url = f"s3://{BUCKET}/corrupt.zarr"
+    values = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3)
+    ds = xr.Dataset({"t": (("time", "y", "x"), values)}, coords={"time": hourly(40)})
+    ds.to_zarr(url, storage_options=options, encoding={"t": {"chunks": (1, 2, 3)}}, mode="w")
+    s3fs.S3FileSystem(**options).pipe(f"{BUCKET}/corrupt.zarr/t/c/30/0/0", b"not zstd at all")
+    proxy.reset()
+    with pytest.raises(InputError) as caught:
+        compute(url, threads=2, block_mb=0.0001, storage_options=options)
+    message = str(caught.value)
+    assert "corrupt.zarr: variable t: chunk object t/c/30/0/0: cannot decode" in message
+    assert len(message.splitlines()) == 1, message

@@ -42,9 +42,10 @@ from wxstats.storage.sizes import check_chunks, check_slab, memory_bytes
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
 BLOCKS_AHEAD = 4
-"""Blocks of a remote store fetched ahead of the kernel (their compressed bytes
-held), within ``AHEAD_SHARE`` of the memory: enough that the requests in flight
-(:class:`.urls.InFlight`) never wait for the kernel to ask for the next block."""
+"""Blocks of a remote store fetched ahead of the kernel (their chunks decoded as
+they arrive, and held), within ``AHEAD_SHARE`` of the memory: enough that the
+requests in flight (:class:`.urls.InFlight`) never wait for the kernel to ask
+for the next block."""
 AHEAD_SHARE = 8
 """The blocks fetched ahead hold at most 1/AHEAD_SHARE of the memory (declared,
 decoded sizes: compressed bytes are fewer), beside the blocks being summed."""
@@ -103,8 +104,9 @@ class ChunkSource(Protocol):
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
 
-    def fetch(self, keys: list[str]) -> Future:
-        """A remote store's ``get_many``, later (requested now, in the background)."""
+    def fetch(self, keys: list[str], arrived: Callable[[int, Any], Any] | None = None) -> Future:
+        """A remote store's ``get_many``, later (requested now, in the background);
+        ``arrived(index, data)`` gives what it holds for each object found."""
 
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
         """Start reading these chunks, and (offset, length) ``spans`` of the file."""
@@ -308,7 +310,8 @@ class ChunkReader:
         """Read-ahead of a coming block: local files are announced to the kernel;
         remote objects are requested now, behind the blocks requested before (at
         most ``BLOCKS_AHEAD`` blocks held, within the memory: ``AHEAD_SHARE``), so
-        the network works while the kernel computes. Local files are announced in
+        the network works while the kernel computes, and each is decoded as it
+        arrives (a block's last object no longer waits for its decoding to start). Local files are announced in
         the fetch thread: 5000 chunk files announced on the caller's thread
         delayed the first read by 0.15 s (``benchmarks/bench_startup.py``)."""
         keys = self._keys(reqs)
@@ -316,12 +319,23 @@ class ChunkReader:
             self._fetcher.submit(self.store.will_need, list(keys), self._plain_spans(reqs))
             return
         nbytes = sum(self._slab_bytes(r) for r in reqs)
+        plans = [(r, self._chunks(r)) for r in reqs if self._array(r.name).codec]
+        owner = [(r, shared) for r, plan in plans for _, _, _, shared in plan]
+
+        def arrived(index: int, data: Any) -> Any:
+            """Decoded as it arrives, in the pool; a chunk the next block reads
+            too is left to :class:`SharedChunks` (decoded once for both)."""
+            req, shared = owner[index]
+            if shared:
+                return data
+            return self.pool.submit(self._decoded, {keys[index]: data}, req, keys[index])
+
         with self._lock:
             if keys in self._ahead or len(self._ahead) >= BLOCKS_AHEAD:
                 return
             if (self._ahead_bytes + nbytes) * AHEAD_SHARE > memory_bytes() and self._ahead:
                 return  # the memory plan: a block is read when asked for, not before
-            self._ahead[keys] = self.store.fetch(list(keys))
+            self._ahead[keys] = self.store.fetch(list(keys), arrived)
             self._ahead_bytes += nbytes
             self._ahead_sizes[keys] = nbytes
 
@@ -405,7 +419,8 @@ class ChunkReader:
             stored[dst] = values[src]
 
     def _decoded(self, fetched, req: SlabRequest, key: str) -> np.ndarray | None:
-        """The values of chunk object ``key`` (``None``: missing, read as the fill value)."""
+        """The values of chunk object ``key`` (``None``: missing, read as the fill
+        value; a future where it was decoded as it arrived: :meth:`will_need`)."""
         arr = self._array(req.name)
         codec = arr.codec
         where = f"{self.path}: variable {req.name}"
@@ -420,6 +435,8 @@ class ChunkReader:
             raise InputError(
                 f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             ) from None
+        if isinstance(data, Future):
+            return data.result()
         if data is None:
             if req.missing_ok:
                 self._warn_missing(req.name, key)

@@ -13,7 +13,9 @@ def is_url(text: str) -> bool:
 REQUESTS_IN_FLIGHT: int | None = None
 """Requests in flight to an object store, fixed (a benchmark's curve); ``None``:
 chosen by what the store sustains (:class:`InFlight`)."""
-FIRST_IN_FLIGHT = 16
+FIRST_IN_FLIGHT = 32
+"""Where the requests in flight start: a store takes that many at once (S3: thousands),
+where fewer would be the first seconds of a 100 ms store's read spent below its rate."""
 MOST_IN_FLIGHT = 256
 """The most requests in flight (and s3fs's connection pool): beyond, a store
 throttles (S3: 503 SlowDown) before it is faster."""
@@ -35,8 +37,9 @@ class InFlight:
     window where the client asked for fewer says nothing of the store, and is
     started again), double while that grows by ``GAIN``, and once it does not,
     undo the last doubling unless it gained ``KEEP`` (at most ``MOST_IN_FLIGHT``). A fixed
-    64 left a 100 ms store's pipe three-quarters empty for small chunks, and
-    queued at a slow one while holding bytes in memory and inviting throttling."""
+    64 (per block fetched, two blocks at once) left a 100 ms store's pipe
+    half empty for small chunks, and queued at a slow one while holding bytes
+    in memory and inviting throttling."""
 
     def __init__(self, fixed: int | None = None) -> None:
         self.limit = max(1, fixed) if fixed else FIRST_IN_FLIGHT

@@ -76,16 +76,18 @@ class Requests:
         self._active = self._waiting = 0
         self._slots: asyncio.Condition | None = None
 
-    def submit(self, names: list[str]) -> Future:
-        """The objects ``names`` (a list: bytes, ``None`` or the exception), later."""
-        return asyncio.run_coroutine_threadsafe(self._all(names), self.loop)
+    def submit(self, names: list[str], arrived: Any = None) -> Future:
+        """The objects ``names`` (a list: bytes, ``None`` or the exception), later;
+        ``arrived(index, data)``, called as each object found arrives, gives what
+        the list holds instead of its bytes (a decode started at once)."""
+        return asyncio.run_coroutine_threadsafe(self._all(names, arrived), self.loop)
 
-    async def _all(self, names: list[str]) -> list[Any]:
+    async def _all(self, names: list[str], arrived: Any) -> list[Any]:
         if self._slots is None:
             self._slots = asyncio.Condition()
-        return await asyncio.gather(*(self._one(n) for n in names))
+        return await asyncio.gather(*(self._one(n, i, arrived) for i, n in enumerate(names)))
 
-    async def _one(self, name: str) -> Any:
+    async def _one(self, name: str, index: int, arrived: Any) -> Any:
         slots, limit = self._slots, self.in_flight
         async with slots:
             self._waiting += 1
@@ -95,7 +97,8 @@ class Requests:
                 self._waiting -= 1
             self._active += 1
         try:
-            return await self.fetch(name)
+            data = await self.fetch(name)
+            return data if arrived is None or data is None else arrived(index, data)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 (named with its key by the caller)
@@ -148,9 +151,10 @@ class ChunkStore:
         except FileNotFoundError:
             return None
 
-    def fetch(self, keys: list[str]) -> Future:
+    def fetch(self, keys: list[str], arrived: Any = None) -> Future:
         """Remote chunk objects (a dict by key, ``None`` where missing), later: their
-        requests share the store's requests in flight (:class:`Requests`)."""
+        requests share the store's requests in flight (:class:`Requests`), and
+        ``arrived(index, data)`` gives what the dict holds for each found object."""
         if self.requests is None:  # a filesystem without async requests: its cat
             done: Future = Future()
             try:
@@ -174,7 +178,7 @@ class ChunkStore:
             except BaseException as exc:  # noqa: BLE001 (raised by result())
                 out.set_exception(exc)
 
-        self.requests.submit(keys).add_done_callback(named)
+        self.requests.submit(keys, arrived).add_done_callback(named)
         return out
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
