@@ -18,7 +18,12 @@ interleaved rounds, min and median:
   differences, the requests in flight chosen by the rate the store gives);
 - ``zarr-python``: every array read by zarr (its own concurrency), summed;
 - ``xarray+dask``: ``xr.open_zarr`` and a float64 mean, std and std of the
-  step-1 difference per level, one ``dask.compute``.
+  step-1 difference per level, one ``dask.compute``;
+
+(the peers once, at the first delay only: 40-130 s at 100 ms). wxstats' row is
+also given from its first chunk request ("after opening": xarray reads the
+store's metadata and then each coordinate, one request after the other, before
+it), as the limit starts with the list of keys in hand.
 
 Then the curve: the limit and wxstats with the requests in flight fixed at
 each of ``--in-flight`` (``wxstats.storage.urls.REQUESTS_IN_FLIGHT``), once each.
@@ -345,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-curve", action="store_true", help="skip the curve")
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     args = p.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # rows as they come, into a file too
 
     work = Path(tempfile.mkdtemp(prefix="wxstats-latency-", dir=args.dir))
     local = work / "store.zarr"
@@ -360,9 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         wxstats(store)  # the kernel, imports and first connections, no delay
         limit(store, 8)
-        results = {
-            delay: headline(store, delay, args.repeat, not args.no_peers, nbytes)
-            for delay in args.delays
+        results = {  # the peers at the first delay only: 40-130 s at 100 ms
+            delay: headline(store, delay, args.repeat, not args.no_peers and i == 0, nbytes)
+            for i, delay in enumerate(args.delays)
         }
         for delay, rows in results.items():
             ratio = rows["limit (same in flight)"] / rows["wxstats (in flight: chosen)"]

@@ -79,6 +79,23 @@ def test_delayed_store_matches_the_reference_with_requests_in_flight(store, clie
     assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
 
 
+def test_each_chunk_object_is_requested_once(store):
+    """A block's difference halo (its first steps, the block before's last) is
+    fetched by the block before and its values shared, not requested again: one
+    GET per chunk object (one thread: each block is asked for, ahead, before the
+    block before it is read, so this does not depend on timing)."""
+    from collections import Counter
+
+    proxy, url, options, truth = store
+    proxy.reset()
+    stats = compute(url, diff_steps=(1, 3), threads=1, block_mb=0.01, storage_options=options)
+    gets = Counter(
+        line.split()[1] for _, line in proxy.lines if "/era.zarr/t/c/" in line
+    )  # fmt: skip
+    assert len(gets) == 240 and max(gets.values()) == 1, gets.most_common(3)
+    assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
+
+
 def _simulate(latency: float, per_second: float, in_flight: InFlight, requests: int) -> None:
     """A store answering each request after ``latency`` s, at most ``per_second``
     requests a second, with a client that always has requests waiting."""
