@@ -274,16 +274,21 @@ def headline(store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: in
     store.proxy.reset(delay=delay_ms / 1000)
     times: dict[str, list[float]] = {}
     most = []
+    cpus: dict[str, list[float]] = {}  # CPU-seconds of this process (the proxy's too)
     for round_ in range(rounds):
         store.proxy.reset()
         started = time.monotonic()  # the proxy's clock (its event loop's)
+        cpu = time.process_time()
         t = wxstats(store)
+        cpus.setdefault("wxstats", []).append(time.process_time() - cpu)
         most.append(store.proxy.most)
         times.setdefault("wxstats (in flight: chosen)", []).append(t)
         first = next(when for when, line in store.proxy.lines if _data_chunk(line))
         times.setdefault("  its chunks (after opening)", []).append(t - (first - started))
         n = most[-1]
+        cpu = time.process_time()
         times.setdefault("limit (same in flight)", []).append(limit(store, n))
+        cpus.setdefault("limit", []).append(time.process_time() - cpu)
         if peers and round_ == 0:  # once: 5-40x slower than the rows compared
             times.setdefault("zarr-python", []).append(zarr_python(store))
             try:
@@ -309,6 +314,11 @@ def headline(store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: in
         )
     whole, chunks = times["wxstats (in flight: chosen)"], times["  its chunks (after opening)"]
     opening = [a - b for a, b in zip(whole, chunks, strict=True)]
+    ours, ref = (statistics.median(cpus[k]) for k in ("wxstats", "limit"))
+    print(
+        f"  CPU-s of this process (the proxy's included; moto's apart), medians: "
+        f"wxstats {ours:.2f}, the limit {ref:.2f}"
+    )
     print(
         f"  (wxstats opening the store: {min(opening):.2f}-{max(opening):.2f} s before its first "
         "chunk request: xarray reads the metadata, then each coordinate, one after the other)"
