@@ -293,3 +293,25 @@ def test_bench_dask_prints_each_row_with_errors_against_the_reference(tmp_path):
     # the exact sums round to the two-pass float64 reference, to its own precision
     assert max(rows["wxstats on the cluster (exact)"]) < 1e-12, text
     assert not list((tmp_path / "d").iterdir())  # the store was removed
+
+
+def test_bench_latency_prints_the_limit_wxstats_and_the_curve(tmp_path):
+    """The delayed-S3 rows: wxstats and the fetch+decode limit at each delay, their
+    ratios consistent with the seconds printed, and a curve row per requests in flight."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    args = ("--steps", "2", "--delays", "5", "--in-flight", "4", "16", "--repeat", "1")
+    text = _run("bench_latency.py", *args, "--no-peers", "--dir", str(tmp_path), cwd=tmp_path)
+
+    def best(row: str) -> float:  # the "min s" column
+        match = re.search(re.escape(row) + r"\s+([0-9.]+)\s+[0-9.]+", text)
+        assert match, f"no row {row!r} in:\n{text}"
+        return float(match.group(1))
+
+    ours, limit = best("wxstats (in flight: chosen)"), best("limit (same in flight)")
+    ratio = float(re.search(r"wxstats / limit at 5 ms: ([0-9.]+) whole run", text).group(1))
+    assert ours > 0 and limit > 0 and ratio == pytest.approx(limit / ours, rel=0.1, abs=0.02)
+    rows = re.findall(r"^\s+5\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", text, re.M)
+    assert [int(r[0]) for r in rows] == [4, 16], text
+    for _, ref, wx, r in rows:
+        assert float(r) == pytest.approx(float(ref) / float(wx), rel=0.1, abs=0.02), text

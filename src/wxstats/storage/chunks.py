@@ -37,12 +37,18 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
 from wxstats.storage.decompress import TooLarge
-from wxstats.storage.sizes import check_chunks, check_slab
+from wxstats.storage.sizes import check_chunks, check_slab, memory_bytes
 
 TASKS_PER_THREAD = 4
 """A block's chunks are read in this many runs per thread (balance against overhead)."""
-BLOCKS_AHEAD = 2
-"""Blocks of a remote store fetched ahead of the kernel (compressed bytes held)."""
+BLOCKS_AHEAD = 4
+"""Blocks of a remote store fetched ahead of the kernel (their chunks decoded as
+they arrive, and held), within ``AHEAD_SHARE`` of the memory: enough that the
+requests in flight (:class:`.urls.InFlight`) never wait for the kernel to ask
+for the next block."""
+AHEAD_SHARE = 8
+"""The blocks fetched ahead hold at most 1/AHEAD_SHARE of the memory (declared,
+decoded sizes: compressed bytes are fewer), beside the blocks being summed."""
 PLANS_KEPT = 64
 """Chunk plans of blocks read ahead kept for their reads (which take them)."""
 CHUNKS_PER_BLOCK = 32_768
@@ -98,6 +104,10 @@ class ChunkSource(Protocol):
 
     def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
 
+    def fetch(self, keys: list[str], arrived: Callable[[int, Any], Any] | None = None) -> Future:
+        """A remote store's ``get_many``, later (requested now, in the background);
+        ``arrived(index, data)`` gives what it holds for each object found."""
+
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
         """Start reading these chunks, and (offset, length) ``spans`` of the file."""
 
@@ -117,6 +127,11 @@ class SharedChunks:
         self._ready = threading.Condition(self._lock)  # one for all: waiting is rare
         self._entries: OrderedDict[str, _Pending] = OrderedDict()
         self._bytes = 0
+
+    def holds(self, key: str) -> bool:
+        """Whether chunk ``key`` is being decoded, or kept, for a second reader."""
+        with self._lock:
+            return key in self._entries
 
     def take(self, key: str, decode: Callable[[], np.ndarray | None]) -> np.ndarray | None:
         """The values of chunk ``key``: ``decode()`` for its first reader, kept
@@ -210,7 +225,10 @@ class ChunkReader:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._ahead: dict[tuple[str, ...], Future] = {}
-        self._fetcher = ThreadPoolExecutor(BLOCKS_AHEAD, thread_name_prefix="wxstats-fetch")
+        self._ahead_sizes: dict[tuple[str, ...], int] = {}
+        self._ahead_shared: dict[tuple[str, ...], set[str]] = {}  # its halo's keys
+        self._ahead_bytes = 0
+        self._fetcher = ThreadPoolExecutor(2, thread_name_prefix="wxstats-fetch")  # local
         self._shared = SharedChunks(SHARED_BYTES)
 
     def _describe(self, name: str) -> ChunkedArray:
@@ -296,18 +314,52 @@ class ChunkReader:
 
     def will_need(self, reqs: list[SlabRequest]) -> None:
         """Read-ahead of a coming block: local files are announced to the kernel;
-        remote objects are fetched in the background (at most ``BLOCKS_AHEAD``
-        blocks held), so the network works while the kernel computes. Both in the
-        fetch thread: announcing a block of 5000 chunk files on the caller's thread
+        remote objects are requested now, behind the blocks requested before (at
+        most ``BLOCKS_AHEAD`` blocks held, within the memory: ``AHEAD_SHARE``), so
+        the network works while the kernel computes, and each is decoded as it
+        arrives (none waits for a block's last object). Local files are announced
+        in the fetch thread: 5000 chunk files announced on the caller's thread
         delayed the first read by 0.15 s (``benchmarks/bench_startup.py``)."""
         keys = self._keys(reqs)
         if self.store.local:
             self._fetcher.submit(self.store.will_need, list(keys), self._plain_spans(reqs))
             return
+        nbytes = sum(self._slab_bytes(r) for r in reqs)
+        plans = [(r, self._chunks(r)) for r in reqs if self._array(r.name).codec]
+        owner = [(r, shared) for r, plan in plans for _, _, _, shared in plan]
+        halo = {key for key, (_, shared) in zip(keys, owner, strict=True) if shared}
+
+        def arrived(index: int, data: Any) -> Any:
+            """Decoded as it arrives, in the pool; a chunk the next block reads
+            too is left to :class:`SharedChunks` (decoded once for both)."""
+            req, shared = owner[index]
+            if shared:
+                return data
+            return self.pool.submit(self._decoded, {keys[index]: data}, req, keys[index])
+
         with self._lock:
             if keys in self._ahead or len(self._ahead) >= BLOCKS_AHEAD:
                 return
-            self._ahead[keys] = self._fetcher.submit(self.store.get_many, list(keys))
+            if (self._ahead_bytes + nbytes) * AHEAD_SHARE > memory_bytes() and self._ahead:
+                return  # the memory plan: a block is read when asked for, not before
+            # the halo a block before fetches (or decoded already) is not fetched twice:
+            # its values come from SharedChunks (a few steps a block: 1/6 more requests)
+            before = set().union(*self._ahead_shared.values()) if halo else set()
+            wanted = [
+                i for i, k in enumerate(keys) if k not in before and not self._shared.holds(k)
+            ]
+            self._ahead[keys] = self.store.fetch(
+                [keys[i] for i in wanted], lambda j, data: arrived(wanted[j], data)
+            )
+            self._ahead_bytes += nbytes
+            self._ahead_sizes[keys] = nbytes
+            self._ahead_shared[keys] = halo
+
+    def _slab_bytes(self, req: SlabRequest) -> int:
+        """The decoded bytes of ``req``'s slab (its chunk objects are fewer)."""
+        arr = self._array(req.name)
+        others = math.prod(n for d, n in enumerate(arr.shape) if d != req.order[0])
+        return (req.stop - req.start) * others * arr.dtype.itemsize
 
     def _plain_spans(self, reqs: list[SlabRequest]) -> list[tuple[int, int]]:
         """(offset, length) in the file of the steps of ``reqs`` that are read from
@@ -347,6 +399,8 @@ class ChunkReader:
             keys = tuple(task[1] for task in tasks if task[1] is not None)  # as _keys(reqs)
             with self._lock:
                 ahead = self._ahead.pop(keys, None)
+                self._ahead_bytes -= self._ahead_sizes.pop(keys, 0)
+                self._ahead_shared.pop(keys, None)
             fetched = ahead.result() if ahead is not None else self.store.get_many(list(keys))
         # a few runs of chunks per thread, not a future per chunk: for small chunks the
         # future cost more than the chunk (5000 chunks of 80 bytes: 0.41 s, 0.24 s so)
@@ -382,13 +436,19 @@ class ChunkReader:
             stored[dst] = values[src]
 
     def _decoded(self, fetched, req: SlabRequest, key: str) -> np.ndarray | None:
-        """The values of chunk object ``key`` (``None``: missing, read as the fill value)."""
+        """The values of chunk object ``key`` (``None``: missing, read as the fill
+        value; a future where it was decoded as it arrived: :meth:`will_need`)."""
         arr = self._array(req.name)
         codec = arr.codec
         where = f"{self.path}: variable {req.name}"
         nbytes = _chunk_bytes(arr)
         try:
-            data = fetched[key] if fetched is not None else self.store.get(key, nbytes)
+            if fetched is None:
+                data = self.store.get(key, nbytes)
+            elif key in fetched:
+                data = fetched[key]
+            else:  # a halo chunk left to the block before, whose values were not kept
+                data = self.store.get_many([key])[key]
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
         except TooLarge as exc:  # stored too large, or a format's own filters inflated it
@@ -397,6 +457,8 @@ class ChunkReader:
             raise InputError(
                 f"{where}: chunk object {key}: cannot decode: {first_line(exc)}"
             ) from None
+        if isinstance(data, Future):
+            return data.result()
         if data is None:
             if req.missing_ok:
                 self._warn_missing(req.name, key)
@@ -435,5 +497,8 @@ class ChunkReader:
 
     def close(self) -> None:
         self._fetcher.shutdown(wait=True, cancel_futures=True)
+        for ahead in self._ahead.values():
+            ahead.cancel()
         self._ahead.clear()
+        self._ahead_shared.clear()
         self.pool.shutdown(wait=True)

@@ -10,8 +10,72 @@ def is_url(text: str) -> bool:
     return "://" in text
 
 
-REQUESTS_IN_FLIGHT = 64
-"""Connections to an object store: a block's chunk objects are requested at once."""
+REQUESTS_IN_FLIGHT: int | None = None
+"""Requests in flight to an object store, fixed (a benchmark's curve); ``None``:
+chosen by what the store sustains (:class:`InFlight`)."""
+FIRST_IN_FLIGHT = 32
+"""Where the requests in flight start: a store takes that many at once (S3: thousands),
+where fewer would be the first seconds of a 100 ms store's read spent below its rate."""
+MOST_IN_FLIGHT = 256
+"""The most requests in flight (and s3fs's connection pool): beyond, a store
+throttles (S3: 503 SlowDown) before it is faster."""
+GAIN = 1.15
+"""The requests in flight double again when doubling them made them this much faster."""
+KEEP = 1.05
+"""The last doubling is undone unless it made them this much faster."""
+
+
+class InFlight:
+    """How many chunk requests an object store gets at once, chosen by what it
+    sustains. With ``n`` requests in flight and ``latency`` to the first byte, a
+    client gets ``n / latency`` objects a second until the store, the network or
+    the client's own CPUs are the bound: the requests that fill the pipe are
+    latency x bandwidth, which neither is known before the first requests (20 ms
+    and 1 GB/s in a cloud region, 100 ms across an ocean, a few MB/s from a
+    small server). So: start at ``FIRST_IN_FLIGHT``, measure the objects a
+    second over ``2 n`` completed requests while requests wait for a slot (a
+    window where the client asked for fewer says nothing of the store, and is
+    started again), double while that grows by ``GAIN``, and once it does not,
+    undo the last doubling unless it gained ``KEEP`` (at most ``MOST_IN_FLIGHT``). A fixed
+    64 (per block fetched, two blocks at once) left a 100 ms store's pipe
+    half empty for small chunks, and queued at a slow one while holding bytes
+    in memory and inviting throttling."""
+
+    def __init__(self, fixed: int | None = None) -> None:
+        self.limit = max(1, fixed) if fixed else FIRST_IN_FLIGHT
+        self.settled = fixed is not None
+        self.rates: dict[int, float] = {}  # objects a second measured at each level
+        self._start = 0.0
+        self._count = -1  # -1: the window is not started
+        self._skip = 0  # completions of requests sent before the last change
+
+    def completed(self, saturated: bool, now: float) -> None:
+        """One request completed at ``now``; ``saturated``: others waited for a slot."""
+        if self.settled:
+            return
+        if not saturated:  # the client asked for fewer: not the store's rate
+            self._count = -1
+            return
+        if self._skip > 0:
+            self._skip -= 1
+            return
+        if self._count < 0:
+            self._start, self._count = now, 0
+            return
+        self._count += 1
+        if self._count < 2 * self.limit or now <= self._start:
+            return
+        rate = self._count / (now - self._start)
+        self.rates[self.limit] = rate
+        before = self.rates.get(self.limit // 2, 0.0)
+        self._count = -1
+        if rate >= GAIN * before and self.limit < MOST_IN_FLIGHT:
+            self._skip = self.limit  # those sent at the level before
+            self.limit = min(MOST_IN_FLIGHT, 2 * self.limit)
+            return
+        self.settled = True
+        if rate < KEEP * before:  # no faster for twice the requests: the fewer
+            self.limit //= 2
 
 
 def read_options(url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +85,7 @@ def read_options(url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
     ranges: twice the requests for chunk and metadata objects of a few MiB)."""
     options = dict(storage_options)
     if url.startswith(("s3://", "s3a://")):
-        config = {"max_pool_connections": REQUESTS_IN_FLIGHT}
+        config = {"max_pool_connections": REQUESTS_IN_FLIGHT or MOST_IN_FLIGHT}
         options["config_kwargs"] = {**config, **options.get("config_kwargs", {})}
         options.setdefault("max_concurrency", 1)
     return options

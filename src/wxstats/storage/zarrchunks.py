@@ -1,6 +1,7 @@
 """zarr stores for the chunk reader (:mod:`.chunks`): where each chunk object is
-(a local folder, or any fsspec URL with many requests in flight: obstore's client
-where it serves the URL, see :func:`.urls.object_store`) and how it is compressed.
+(a local folder, or any fsspec URL with many requests in flight, as many as the
+store sustains: obstore's client where it serves the URL, see
+:func:`.urls.object_store`, else the filesystem's async requests) and how it is compressed.
 
 Arrays with sharding, filters, checksums, ``F`` order or codecs other than
 zstd/blosc/gzip (zarr 3) are read with zarr's own basic slicing. Chunk objects
@@ -11,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from wxstats.core.errors import InputError, first_line
+from wxstats.storage import urls
 from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
 from wxstats.storage.decompress import TooLarge, bounded, stored_limit
 from wxstats.storage.readahead import will_need
-from wxstats.storage.urls import REQUESTS_IN_FLIGHT, is_url, object_store, read_options
+from wxstats.storage.urls import InFlight, is_url, object_store, read_options
 
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
@@ -49,23 +53,92 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
     return ChunkCodec(bounded(getattr(numcodecs, name)()), dtype) if name else None
 
 
+class Requests:
+    """The chunk requests of one store on one event loop, at most
+    :attr:`in_flight` ``.limit`` at once over every block being fetched: a
+    block read ahead queues behind the block before it (first come, first
+    served) and its requests go out as that one's finish, so the pipe stays
+    full across blocks while the kernel sums the block before. ``fetch`` (a
+    coroutine function of an object's name) returns its bytes, ``None`` where it
+    does not exist."""
+
+    def __init__(self, fetch: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.fetch = fetch
+        self.in_flight = InFlight(urls.REQUESTS_IN_FLIGHT)
+        self._thread = None
+        if loop is None:  # a loop of its own (obstore), on a daemon thread
+            loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(
+                target=loop.run_forever, name="wxstats-requests", daemon=True
+            )
+            self._thread.start()
+        self.loop = loop
+        self._active = self._waiting = 0
+        self._slots: asyncio.Condition | None = None
+
+    def submit(self, names: list[str], arrived: Any = None) -> Future:
+        """The objects ``names`` (a list: bytes, ``None`` or the exception), later;
+        ``arrived(index, data)``, called as each object found arrives, gives what
+        the list holds instead of its bytes (a decode started at once)."""
+        return asyncio.run_coroutine_threadsafe(self._all(names, arrived), self.loop)
+
+    async def _all(self, names: list[str], arrived: Any) -> list[Any]:
+        if self._slots is None:
+            self._slots = asyncio.Condition()
+        return await asyncio.gather(*(self._one(n, i, arrived) for i, n in enumerate(names)))
+
+    async def _one(self, name: str, index: int, arrived: Any) -> Any:
+        slots, limit = self._slots, self.in_flight
+        async with slots:
+            self._waiting += 1
+            try:
+                await slots.wait_for(lambda: self._active < limit.limit)
+            finally:
+                self._waiting -= 1
+            self._active += 1
+        try:
+            data = await self.fetch(name)
+            return data if arrived is None or data is None else arrived(index, data)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 (named with its key by the caller)
+            return exc
+        finally:
+            async with slots:
+                self._active -= 1
+                limit.completed(self._waiting > 0, time.perf_counter())
+                slots.notify(max(1, limit.limit - self._active))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)
+
+
 class ChunkStore:
     """Where chunk objects come from: a local folder, an obstore store (S3 with
-    known credentials, when obstore is installed) or an fsspec filesystem."""
+    known credentials, when obstore is installed) or an fsspec filesystem
+    (``s3://``, ``gs://``, ``az://``...: its async requests, else its ``cat``)."""
 
     def __init__(self, path: str, storage_options: dict[str, Any]) -> None:
         self.path = path.rstrip("/")
         self.fs = None
-        self.objects = object_store(path, storage_options) if is_url(path) else None
-        if is_url(path) and self.objects is None:
+        self.requests: Requests | None = None
+        objects = object_store(path, storage_options) if is_url(path) else None
+        if objects is not None:
+            self.requests = Requests(_obstore_fetch(*objects))
+        elif is_url(path):
             from fsspec.core import url_to_fs
 
             self.fs, root = url_to_fs(path, **read_options(path, storage_options))
             self.root = root.rstrip("/")
+            if getattr(self.fs, "async_impl", False):  # s3fs, gcsfs, adlfs, http
+                fs, root = self.fs, self.root
+                self.requests = Requests(lambda key: fs._cat_file(f"{root}/{key}"), fs.loop)
 
     @property
     def local(self) -> bool:
-        return self.fs is None and self.objects is None
+        return self.fs is None and self.requests is None
 
     def get(self, key: str, nbytes: int | None = None) -> bytes | None:
         """One local chunk object (``None``: it does not exist); one stored in more
@@ -78,11 +151,41 @@ class ChunkStore:
         except FileNotFoundError:
             return None
 
+    def fetch(self, keys: list[str], arrived: Any = None) -> Future:
+        """Remote chunk objects (a dict by key, ``None`` where missing), later: their
+        requests share the store's requests in flight (:class:`Requests`), and
+        ``arrived(index, data)`` gives what the dict holds for each found object."""
+        if self.requests is None:  # a filesystem without async requests: its cat
+            done: Future = Future()
+            try:
+                done.set_result(self._cat(keys))
+            except BaseException as exc:  # noqa: BLE001 (raised by result())
+                done.set_exception(exc)
+            return done
+        out: Future = Future()
+
+        def named(found: Future) -> None:
+            try:
+                values = found.result()
+                result = {}
+                for key, value in zip(keys, values, strict=True):
+                    if isinstance(value, BaseException):
+                        raise InputError(
+                            f"{self.path}: cannot read object {key}: {first_line(value)}"
+                        )
+                    result[key] = value
+                out.set_result(result)
+            except BaseException as exc:  # noqa: BLE001 (raised by result())
+                out.set_exception(exc)
+
+        self.requests.submit(keys, arrived).add_done_callback(named)
+        return out
+
     def get_many(self, keys: list[str]) -> dict[str, Any]:
-        """Remote chunk objects, all requests in flight at once (at most
-        ``REQUESTS_IN_FLIGHT`` with obstore; fsspec's batched ``cat``)."""
-        if self.objects is not None:
-            return self._get_objects(keys)
+        """Remote chunk objects, all requested at once (see :meth:`fetch`)."""
+        return self.fetch(keys).result()
+
+    def _cat(self, keys: list[str]) -> dict[str, Any]:
         urls = [f"{self.root}/{k}" for k in keys]
         try:
             found = self.fs.cat(urls, on_error="return")
@@ -101,37 +204,6 @@ class ChunkStore:
                 out[key] = value
         return out
 
-    def _get_objects(self, keys: list[str]) -> dict[str, Any]:
-        """``get_many`` by obstore: one coroutine per object on an event loop of this
-        call (the fetch threads each run one), the buffers kept as obstore gives them."""
-        import obstore
-        from obstore.exceptions import NotFoundError
-
-        store, prefix = self.objects
-        names = [f"{prefix}/{k}" if prefix else k for k in keys]
-
-        async def fetch_all() -> list[Any]:
-            slots = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
-
-            async def fetch(name: str) -> Any:
-                async with slots:
-                    try:
-                        found = await obstore.get_async(store, name)
-                        return await found.bytes_async()
-                    except (FileNotFoundError, NotFoundError):
-                        return None
-                    except Exception as exc:  # noqa: BLE001 (named with its key below)
-                        return exc
-
-            return await asyncio.gather(*(fetch(n) for n in names))
-
-        out: dict[str, Any] = {}
-        for key, value in zip(keys, _run(fetch_all()), strict=True):
-            if isinstance(value, BaseException):
-                raise InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
-            out[key] = value
-        return out
-
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
         """Ask the kernel to start reading local chunk files (read-ahead; a zarr
         store has no ``spans``)."""
@@ -147,16 +219,25 @@ class ChunkStore:
             finally:
                 os.close(fd)
 
+    def close(self) -> None:
+        if self.requests is not None:
+            self.requests.close()
 
-def _run(coroutine: Any) -> Any:
-    """``asyncio.run``, on a thread of its own where this thread runs an event loop
-    already (a notebook calling ``wxstats.compute``)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with ThreadPoolExecutor(1) as thread:
-        return thread.submit(asyncio.run, coroutine).result()
+
+def _obstore_fetch(store: Any, prefix: str) -> Any:
+    """The coroutine function fetching one chunk object by obstore (its Rust
+    client, the buffer kept as obstore gives it)."""
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    async def fetch(key: str) -> Any:
+        try:
+            found = await obstore.get_async(store, f"{prefix}/{key}" if prefix else key)
+            return await found.bytes_async()
+        except NotFoundError:
+            return None
+
+    return fetch
 
 
 class ZarrChunkReader(ChunkReader):
@@ -183,6 +264,10 @@ class ZarrChunkReader(ChunkReader):
             key=lambda coords: prefix + encode(coords),
             read_plain=arr.__getitem__,
         )
+
+    def close(self) -> None:
+        super().close()
+        self.store.close()
 
 
 _PASSTHROUGH = ("MemoryCachedArray", "CopyOnWriteArray", "ImplicitToExplicitIndexingAdapter")

@@ -1,0 +1,166 @@
+"""An object store with a cloud's latency: moto's S3 server behind a proxy that
+holds each request (``benchmarks/latency_proxy.py``). The statistics match the
+float64 reference with either client, the chunk requests are in flight together
+(counted by the proxy, shown by an event: it holds them until that many came),
+and the requests in flight are chosen by the rate the store gives
+(:class:`wxstats.storage.urls.InFlight`, on a simulated store)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from gridded_data import assert_stream_matches, hourly, reference
+
+from wxstats.runtime.run import compute
+from wxstats.storage.urls import FIRST_IN_FLIGHT, MOST_IN_FLIGHT, InFlight
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from latency_proxy import DelayProxy  # noqa: E402
+
+pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+serving = pytest.importorskip("werkzeug.serving")
+
+BUCKET = "wxstats-latency"
+DELAY_S = 0.03
+
+
+@pytest.fixture(scope="module")
+def store():
+    """A zarr store of 240 chunk objects (one step and level per chunk) on moto,
+    and the proxy in front of it; the float64 truth."""
+    import s3fs
+
+    app = moto_server.DomainDispatcherApplication(moto_server.create_backend_app)
+    server = serving.make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    direct = {
+        "endpoint_url": f"http://127.0.0.1:{server.server_port}",
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
+    s3fs.S3FileSystem(**direct).mkdir(BUCKET)
+    rng = np.random.default_rng(36)
+    values = (250 + 20 * rng.standard_normal((80, 3, 5, 6))).astype(np.float32)
+    ds = xr.Dataset(
+        {"t": (("time", "level", "y", "x"), values)},
+        coords={"time": hourly(80), "level": [500, 700, 850]},
+    )
+    url = f"s3://{BUCKET}/era.zarr"
+    enc = {"t": {"chunks": (1, 1, 5, 6)}}
+    ds.to_zarr(url, storage_options=direct, encoding=enc, mode="w", consolidated=False)
+    proxy = DelayProxy(("127.0.0.1", server.server_port), DELAY_S)
+    delayed = {**direct, "endpoint_url": proxy.endpoint}
+    truth = values.astype(np.float64).transpose(0, 2, 3, 1).reshape(80, 30, 3)
+    yield proxy, url, delayed, truth
+    proxy.close()
+    server.shutdown()
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+def test_delayed_store_matches_the_reference_with_requests_in_flight(store, client, monkeypatch):
+    proxy, url, options, truth = store
+    if client == "obstore":
+        pytest.importorskip("obstore")
+    else:
+        monkeypatch.setattr("wxstats.storage.zarrchunks.object_store", lambda *a: None)
+    proxy.reset(gather=8, gather_only="/era.zarr/t/c/")  # chunk GETs held until 8 came
+    stats = compute(
+        url, diff_steps=(1, 3), threads=2, block_mb=0.01, storage_options=options
+    )  # 0.01 MiB: 20 blocks of 4 steps, requested ahead while the kernel sums
+    assert proxy.most >= 8 and not proxy.timed_out, f"at most {proxy.most} requests in flight"
+    assert proxy.requests >= 240  # each chunk object delayed, kept-alive connections too
+    assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
+
+
+def test_each_chunk_object_is_requested_once(store):
+    """A block's difference halo (its first steps, the block before's last) is
+    fetched by the block before and its values shared, not requested again: one
+    GET per chunk object (one thread: each block is asked for, ahead, before the
+    block before it is read, so this does not depend on timing)."""
+    from collections import Counter
+
+    proxy, url, options, truth = store
+    proxy.reset()
+    stats = compute(url, diff_steps=(1, 3), threads=1, block_mb=0.01, storage_options=options)
+    gets = Counter(
+        line.split()[1] for _, line in proxy.lines if "/era.zarr/t/c/" in line
+    )  # fmt: skip
+    assert len(gets) == 240 and max(gets.values()) == 1, gets.most_common(3)
+    assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
+
+
+def _simulate(latency: float, per_second: float, in_flight: InFlight, requests: int) -> None:
+    """A store answering each request after ``latency`` s, at most ``per_second``
+    requests a second, with a client that always has requests waiting."""
+    import heapq
+
+    now, free_at, done = 0.0, 0.0, []
+    for _ in range(in_flight.limit):
+        free_at = max(free_at + 1 / per_second, now + latency)
+        heapq.heappush(done, free_at)
+    for _ in range(requests):
+        now = heapq.heappop(done)
+        in_flight.completed(True, now)
+        while len(done) < in_flight.limit:
+            free_at = max(free_at + 1 / per_second, now + latency)
+            heapq.heappush(done, free_at)
+
+
+@pytest.mark.parametrize(
+    ("latency", "per_second", "lowest", "highest"),
+    [
+        (0.1, 1e6, MOST_IN_FLIGHT, MOST_IN_FLIGHT),  # far: as many as allowed
+        (0.1, 400.0, 32, 64),  # 100 ms x 400/s: the pipe holds 40
+        (0.03, 400.0, FIRST_IN_FLIGHT, FIRST_IN_FLIGHT),  # 30 ms x 400/s: 12, fewer than the start
+        (0.05, 10_000.0, 256, 256),  # 50 ms x 10,000/s: 500, more than allowed
+        (0.002, 100.0, FIRST_IN_FLIGHT, FIRST_IN_FLIGHT),  # slow store: never more
+    ],
+)
+def test_requests_in_flight_grow_while_the_rate_grows(latency, per_second, lowest, highest):
+    chosen = InFlight()
+    _simulate(latency, per_second, chosen, 20_000)
+    assert chosen.settled or chosen.limit == MOST_IN_FLIGHT, chosen.rates
+    assert lowest <= chosen.limit <= highest, (chosen.limit, chosen.rates)
+
+
+def test_a_window_without_waiting_requests_says_nothing():
+    """Completions while no request waited for a slot (the client asked for fewer)
+    never grow nor settle the requests in flight."""
+    chosen = InFlight()
+    for i in range(10_000):
+        chosen.completed(False, i * 0.001)
+    assert chosen.limit == FIRST_IN_FLIGHT and not chosen.settled and not chosen.rates
+
+
+def test_a_fixed_number_is_kept():
+    chosen = InFlight(8)
+    _simulate(0.1, 1e6, chosen, 1000)
+    assert chosen.limit == 8
+
+
+def test_an_object_corrupt_on_arrival_is_one_line_naming_it(store):
+    """Chunk objects read ahead are decoded as they arrive (in the reading
+    threads): a corrupt one is still the error of the block that reads it."""
+    import s3fs
+
+    from wxstats.core.errors import InputError
+
+    proxy, _, options, _ = store
+    url = f"s3://{BUCKET}/corrupt.zarr"
+    values = np.arange(40 * 2 * 3, dtype=np.float32).reshape(40, 2, 3)
+    ds = xr.Dataset({"t": (("time", "y", "x"), values)}, coords={"time": hourly(40)})
+    ds.to_zarr(url, storage_options=options, encoding={"t": {"chunks": (1, 2, 3)}}, mode="w")
+    s3fs.S3FileSystem(**options).pipe(f"{BUCKET}/corrupt.zarr/t/c/30/0/0", b"not zstd at all")
+    proxy.reset()
+    with pytest.raises(InputError) as caught:
+        compute(url, threads=2, block_mb=0.0001, storage_options=options)
+    message = str(caught.value)
+    assert "corrupt.zarr: variable t: chunk object t/c/30/0/0: cannot decode" in message
+    assert len(message.splitlines()) == 1, message
