@@ -1,7 +1,7 @@
 """Millions of chunks and samples: per-item overhead and peak memory against the count.
 
-    python benchmarks/bench_scale.py                            # 10k, 100k, 1M chunks; MEPS to 436,524
-    python benchmarks/bench_scale.py --chunks 10000 100000 --samples 10000 --repeat 1
+    python benchmarks/bench_scale.py          # 10k, 100k, 1M chunks; MEPS to 436,524
+    python benchmarks/bench_scale.py --chunks 10000 100000 --samples 1000 --plan-samples 10000
 
 Two kinds of rows, each a fresh ``wxstats compute`` command (a subprocess, its
 peak resident memory from ``wait4``), against the same command on the smallest
@@ -12,7 +12,10 @@ output) cancel:
   ARCO-ERA5's layout, one chunk per step), uncompressed. Its chunk files are
   hard links to one file written by zarr (a copy per 60,000), so a million chunks cost directory
   entries, not a million inodes or 4 GiB of blocks;
-* a MEPS datastore (neural-lam's ``npyfilesmeps``) of N samples, made of
+* a MEPS datastore (neural-lam's ``npyfilesmeps``) of N samples, computed whole
+  (``--samples``) and planned only (``--plan-samples``: ``wxstats inspect
+  --no-measure``, which lists, sizes and checks every sample as a run does
+  before its first), made of
   symbolic links to the few real sample files of a tiny example (grid 2 x 3),
   as ``benchmarks/run.py`` makes its larger sizes: the seed's 436,524 samples
   are counted here as files, not as its 7 TB.
@@ -44,6 +47,9 @@ from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 CHUNK = (1, 4, 5)
 LINKS_PER_FILE = 60_000
 """Hard links made to one chunk file (ext4 allows 65,000 per inode)."""
+BLOCK_MB = 1
+"""Blocks of the chunk rows: ~13,000 steps (chunks) each at every count, so that
+what grows with the count shows apart from what a block holds."""
 SEED_SAMPLES = 436_524
 """The seed's MEPS datastore: 7 TB in this many sample files."""
 
@@ -83,11 +89,15 @@ def meps_datastore(work: Path, n: int, base: Path) -> Path:
     return linked_datastore(base, work / f"meps{n}", -(-n // 2), 1)
 
 
-def compute(path: Path, out: Path) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes) of ``wxstats compute`` on ``path``."""
+def compute(path: Path, out: Path, plan_only: bool = False) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of ``wxstats compute`` on ``path`` (``plan_only``:
+    ``wxstats inspect --no-measure``, everything a run does before its first sample)."""
     args = [sys.executable, "-m", "wxstats", "compute", str(path), "--quiet", "--overwrite"]
-    if path.suffix == ".zarr":
-        args += ["--output", str(out / "stats.nc")]
+    if plan_only:
+        args = [sys.executable, "-m", "wxstats", "inspect", str(path), "--no-measure"]
+        args += ["--output-dir", str(out)]
+    elif path.suffix == ".zarr":
+        args += ["--output", str(out / "stats.nc"), "--block-mb", str(BLOCK_MB)]
     else:
         args += ["--output-dir", str(out)]
     wall, rss, _ = run_child(args)
@@ -112,7 +122,10 @@ def table(title: str, unit: str, counts: list[int], rows: dict[int, tuple[float,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--chunks", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
-    p.add_argument("--samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES])
+    p.add_argument("--samples", type=int, nargs="*", default=[1_000, 4_000],
+                   help="MEPS samples computed whole (~10 ms of CPU each)")  # fmt: skip
+    p.add_argument("--plan-samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES],
+                   help="MEPS samples planned (wxstats inspect --no-measure)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="runs per row, best kept (1)")
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
@@ -126,12 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = work / "out"
         out.mkdir()
-        for kind, counts in (("chunks", sorted(args.chunks)), ("samples", sorted(args.samples))):
+        kinds = (("chunks", args.chunks), ("samples", args.samples), ("planned", args.plan_samples))
+        base = None
+        for kind, counts in ((k, sorted(c)) for k, c in kinds):
             if not counts:
                 continue
             rows = {}
-            base = None
-            if kind == "samples":
+            if kind != "chunks" and base is None:
                 base = write_example(
                     work / "base",
                     ExampleSpec(analysis_times=2, members=2, grid=(2, 3), val_times=0),
@@ -145,16 +159,17 @@ def main(argv: list[str] | None = None) -> int:
                 made = time.perf_counter() - started
                 best = (float("inf"), 0)
                 for _ in range(args.repeat):
-                    wall, rss = compute(path, out)
+                    wall, rss = compute(path, out, plan_only=kind == "planned")
                     best = (min(best[0], wall), max(best[1], rss))
                 rows[n] = best
                 print(f"  ({n:,} {kind} made in {made:.1f} s, computed in {best[0]:.1f} s)")
-                shutil.rmtree(path.parent if kind == "samples" else path, ignore_errors=True)
-            title = (
-                f"zarr store of N chunks {CHUNK} float32, uncompressed, one step each:"
-                if kind == "chunks"
-                else "MEPS datastore of N samples (links to 4 files of grid 2 x 3, 65 steps):"
-            )
+                shutil.rmtree(path if kind == "chunks" else path.parent, ignore_errors=True)
+            title = {
+                "chunks": f"zarr store of N chunks {CHUNK} float32, uncompressed, one step each:",
+                "samples": "MEPS datastore of N samples (links to 4 files, grid 2 x 3), computed:",
+                "planned": "the same, planned only (wxstats inspect --no-measure: listing, "
+                "sizes, every header, the outputs' checks):",
+            }[kind]
             results[kind] = table(title, kind, counts, rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
