@@ -15,7 +15,8 @@ output) cancel:
 * a MEPS datastore (neural-lam's ``npyfilesmeps``) of N samples, computed whole
   (``--samples``) and planned only (``--plan-samples``: ``wxstats inspect
   --no-measure``, which lists, sizes and checks every sample as a run does
-  before its first), made of
+  before its first) and listed only (``--list-samples``: what a run holds for
+  its samples), made of
   symbolic links to the few real sample files of a tiny example (grid 2 x 3),
   as ``benchmarks/run.py`` makes its larger sizes: the seed's 436,524 samples
   are counted here as files, not as its 7 TB.
@@ -89,11 +90,18 @@ def meps_datastore(work: Path, n: int, base: Path) -> Path:
     return linked_datastore(base, work / f"meps{n}", -(-n // 2), 1)
 
 
-def compute(path: Path, out: Path, plan_only: bool = False) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes) of ``wxstats compute`` on ``path`` (``plan_only``:
-    ``wxstats inspect --no-measure``, everything a run does before its first sample)."""
+LIST = "import sys; from wxstats.sources.meps import MepsSource; MepsSource(sys.argv[1])"
+"""A datastore's listing alone: what a run holds for its samples while it runs."""
+
+
+def compute(path: Path, out: Path, kind: str = "compute") -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of ``wxstats compute`` on ``path`` (``planned``:
+    ``wxstats inspect --no-measure``, everything a run does before its first sample;
+    ``listed``: the datastore's listing only)."""
     args = [sys.executable, "-m", "wxstats", "compute", str(path), "--quiet", "--overwrite"]
-    if plan_only:
+    if kind == "listed":
+        args = [sys.executable, "-c", LIST, str(path)]
+    elif kind == "planned":
         args = [sys.executable, "-m", "wxstats", "inspect", str(path), "--no-measure"]
         args += ["--output-dir", str(out)]
     elif path.suffix == ".zarr":
@@ -123,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--chunks", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--samples", type=int, nargs="*", default=[1_000, 4_000],
-                   help="MEPS samples computed whole (~10 ms of CPU each)")  # fmt: skip
-    p.add_argument("--plan-samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES],
-                   help="MEPS samples planned (wxstats inspect --no-measure)")  # fmt: skip
+                   help="MEPS samples computed whole (~15 ms of CPU each)")  # fmt: skip
+    p.add_argument("--plan-samples", type=int, nargs="*", default=[1_000, 10_000],
+                   help="MEPS samples planned (inspect --no-measure, ~3 ms each)")  # fmt: skip
+    p.add_argument("--list-samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES],
+                   help="MEPS samples listed (the datastore's listing alone)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="runs per row, best kept (1)")
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
@@ -139,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = work / "out"
         out.mkdir()
-        kinds = (("chunks", args.chunks), ("samples", args.samples), ("planned", args.plan_samples))
+        kinds = (
+            ("chunks", args.chunks), ("samples", args.samples),
+            ("planned", args.plan_samples), ("listed", args.list_samples),
+        )  # fmt: skip
         base = None
         for kind, counts in ((k, sorted(c)) for k, c in kinds):
             if not counts:
@@ -159,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 made = time.perf_counter() - started
                 best = (float("inf"), 0)
                 for _ in range(args.repeat):
-                    wall, rss = compute(path, out, plan_only=kind == "planned")
+                    wall, rss = compute(path, out, kind)
                     best = (min(best[0], wall), max(best[1], rss))
                 rows[n] = best
                 print(f"  ({n:,} {kind} made in {made:.1f} s, computed in {best[0]:.1f} s)")
@@ -169,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 "samples": "MEPS datastore of N samples (links to 4 files, grid 2 x 3), computed:",
                 "planned": "the same, planned only (wxstats inspect --no-measure: listing, "
                 "sizes, every header, the outputs' checks):",
+                "listed": "the same, listed only (the datastore's samples, as a run holds them):",
             }[kind]
             results[kind] = table(title, kind, counts, rows)
     finally:

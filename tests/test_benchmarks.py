@@ -296,12 +296,14 @@ def test_bench_dask_prints_each_row_with_errors_against_the_reference(tmp_path):
 
 
 def test_bench_scale_prints_per_item_overhead_and_memory(tmp_path):
-    args = ("--chunks", "20", "60", "--samples", "4", "8", "--plan-samples", "4", "8")
+    args = ("--chunks", "20", "60", "--samples", "4", "8", "--plan-samples", "4", "8",
+            "--list-samples", "4", "8")  # fmt: skip
     text = _run("bench_scale.py", *args, "--dir", str(tmp_path), cwd=tmp_path)
     for title, smallest, larger in (
         ("zarr store of N chunks", "20", "60"),
         ("MEPS datastore of N samples", "4", "8"),
         ("the same, planned only", "4", "8"),
+        ("the same, listed only", "4", "8"),
     ):
         block = text.split(title)[1]
         assert re.search(rf"\n\s+{smallest}\s+[0-9.]+\s+-\s+[0-9]+\s+1\.00x", block), block
