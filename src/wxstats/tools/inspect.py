@@ -279,16 +279,17 @@ def _projection_lines(plan: Plan) -> list[str]:
     nodes = min(plan.nodes, max(1, plan.samples))
     per_node_cpu = plan.compute_gbps * plan.threads
     storage = (
-        f"the storage's {plan.storage_gbps:.3g} GB/s in total (--storage-gbps)"
+        f"{plan.storage_gbps:.3g} GB/s in total (--storage-gbps)"
         if plan.storage_gbps
         else f"{plan.read_gbps:.3g} GB/s to each node, as measured here"
     )
     lines = [
         f"projected on {nodes} node(s) x {plan.threads} thread(s): {_duration(seconds)}, "
-        f"limited by {limit} (CPU {per_node_cpu:.3g} GB/s per node, storage {storage})",
+        f"limited by {limit}",
+        f"  CPU {per_node_cpu:.3g} GB/s per node; storage {storage}",
         f"  measured on sample 0 only ({_size(plan.measured_bytes)}): the compute rate "
-        "once, with one thread (more threads are assumed to scale), the storage's by "
-        "its first read (the disk's rate unless the file was cached)",
+        "once, with one thread (threads assumed to scale), the storage's by its first "
+        "read (the disk's rate unless the file was cached)",
     ]
     if plan.nodes > nodes:
         lines.append(f"  only {nodes} of the {plan.nodes} nodes get a sample")
