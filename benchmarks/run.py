@@ -20,6 +20,8 @@ and prints, measured in the same run on the same files:
   importable (it is never installed by this script);
 * xarray + dask ``.mean()/.std()`` (float32, as a user would write it) on a
   subset written to zarr, its time and its relative error against wxstats;
+* with ``--scale``, ``bench_scale.py``'s rows: per-chunk and per-sample overhead
+  and peak memory from 10,000 to 1,000,000 chunks and to 436,524 samples;
 * peak resident memory of ``wxstats compute`` at every size in ``--sizes``
   (larger sizes reuse the same sample files through symbolic links under
   other analysis times: the bytes read grow, the page cache does not).
@@ -272,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the generated data")
     p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    p.add_argument(
+        "--scale", action="store_true",
+        help="also bench_scale.py: 10k to 1M zarr chunks, MEPS samples to 436,524 (minutes)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     sizes = args.sizes or [args.size_gb, 2 * args.size_gb]
 
@@ -280,7 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="wxstats-bench-", dir=args.dir))
     results: dict = {"cpus": cpus, "size_gb": args.size_gb}
     try:
-        return run(args, sizes, work, results)
+        code = run(args, sizes, work, results)
+        if args.scale:
+            import bench_scale
+
+            print("\nmillions of chunks and samples (bench_scale.py):")
+            code = code or bench_scale.main(["--dir", str(work)])
+        return code
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -315,3 +315,28 @@ def test_bench_latency_prints_the_limit_wxstats_and_the_curve(tmp_path):
     assert [int(r[0]) for r in rows] == [4, 16], text
     for _, ref, wx, r in rows:
         assert float(r) == pytest.approx(float(ref) / float(wx), rel=0.1, abs=0.02), text
+
+
+def test_bench_scale_prints_per_item_overhead_and_memory(tmp_path):
+    args = ("--chunks", "20", "60", "--samples", "4", "8", "--plan-samples", "4", "8",
+            "--list-samples", "4", "8")  # fmt: skip
+    text = _run("bench_scale.py", *args, "--dir", str(tmp_path), cwd=tmp_path)
+    for title, smallest, larger in (
+        ("zarr store of N chunks", "20", "60"),
+        ("MEPS datastore of N samples", "4", "8"),
+        ("the same, planned only", "4", "8"),
+        ("the same, listed only", "4", "8"),
+    ):
+        block = text.split(title)[1]
+        assert re.search(rf"\n\s+{smallest}\s+[0-9.]+\s+-\s+[0-9]+\s+1\.00x", block), block
+        row = re.search(rf"\n\s+{larger}\s+([0-9.]+)\s+(-?[0-9.]+)\s+([0-9]+)\s+", block)
+        assert row and float(row.group(1)) > 0 and int(row.group(3)) > 0, block
+
+
+def test_bench_cpu_breaks_the_run_down_into_stages_that_add_up(tmp_path):
+    text = _run("bench_cpu.py", "--gb", "0.01", "--repeat", "1", "--dir", str(tmp_path),
+                cwd=tmp_path)  # fmt: skip
+    total = float(re.search(r"the whole compute\s+([0-9.]+) CPU-s", text).group(1))
+    stages = [float(re.search(rf"{s}\s+(-?[0-9.]+) CPU-s", text).group(1))
+              for s in ("decode", "copy", "kernel", "exact sums", "other")]  # fmt: skip
+    assert total > 0 and stages[0] > 0 and abs(sum(stages) - total) <= 0.011 * len(stages)

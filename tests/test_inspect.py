@@ -136,3 +136,32 @@ def test_inspect_lists_the_arrays_write_into_would_write(tmp_path, capsys):
     assert "(12 arrays): mean, stdev, minimum, maximum, statistics_tendencies_6h_mean" in out
     assert "statistics_tendencies_12h_maximum" in out
     assert _tree(tmp_path) == before
+
+
+def test_projection_on_nodes_by_hand():
+    from wxstats.tools.inspect import projection
+
+    # 7 TB; 0.5 GB/s per thread x 16 threads = 8 GB/s per node; storage 2 GB/s per node
+    assert projection(int(7e12), 2.0, 0.5, 16, 10) == (7e12 / 20e9, "storage")  # 350 s
+    # a faster storage: the CPU limits, 10 nodes x 8 GB/s = 80 GB/s -> 87.5 s
+    assert projection(int(7e12), 20.0, 0.5, 16, 10) == (87.5, "CPU")
+    # a shared storage of 40 GB/s in total: 10 nodes could compute 80, it gives 40
+    assert projection(int(7e12), 20.0, 0.5, 16, 10, storage_gbps=40.0) == (175.0, "storage")
+    plan = Plan("p", "k", "train", 4, [], int(8e9), "x", read_gbps=1.0, compute_gbps=0.25)
+    plan.threads, plan.nodes = 2, 100  # 4 samples: 4 nodes get one each, 4 x 0.5 GB/s
+    assert plan.projection() == (4.0, "CPU")
+
+
+def test_cli_inspect_prints_the_projection(meps_small, capsys):
+    assert main(["inspect", str(meps_small), "--threads", "2", "--nodes", "3"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("projected on 3 node(s) x "))
+    assert "limited by CPU" in line or "limited by storage" in line
+    assert "measured on sample 0 only" in out
+    args = ["inspect", str(meps_small), "--nodes", "50", "--storage-gbps", "0.001"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "projected on 10 node(s)" in out and "only 10 of the 50 nodes" in out
+    assert "limited by storage" in out and "the storage is the limit" in out
+    assert main(["inspect", str(meps_small), "--nodes", "0"]) == 2
+    assert "--nodes" in capsys.readouterr().err

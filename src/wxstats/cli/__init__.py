@@ -78,7 +78,9 @@ def _command(argv: list[str] | None = None) -> int:
             if args.command == "compare":
                 return commands.run_compare(args)
             if args.command == "inspect":
-                return commands.run_inspect(compute_options(args, argv), args.no_measure)
+                return commands.run_inspect(
+                    compute_options(args, argv), args.no_measure, args.nodes, args.storage_gbps
+                )
             if args.command == "doctor":
                 return commands.run_doctor(args)
     except Interrupted as exc:

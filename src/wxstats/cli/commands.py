@@ -129,14 +129,18 @@ def run_compare(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def run_inspect(options: ComputeOptions, no_measure: bool) -> int:
+def run_inspect(
+    options: ComputeOptions, no_measure: bool, nodes: int = 1, storage_gbps: float | None = None
+) -> int:
     from dataclasses import replace
 
     from wxstats.runtime.run import default_threads
     from wxstats.tools.inspect import format_plan, inspect_dataset
 
     options = replace(options, threads=options.threads or default_threads())
-    print(format_plan(inspect_dataset(options, not no_measure)))
+    if nodes < 1 or (storage_gbps is not None and storage_gbps <= 0):
+        raise WxstatsError("--nodes and --storage-gbps must be positive")
+    print(format_plan(inspect_dataset(options, not no_measure, nodes, storage_gbps)))
     return 0
 
 

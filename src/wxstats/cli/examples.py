@@ -54,6 +54,7 @@ INSPECT_EPILOG = """\
 examples:
   wxstats inspect data/meps.datastore.yaml
   wxstats inspect data/meps.datastore.yaml --split val --threads 16
+  wxstats inspect data/meps.datastore.yaml --nodes 8 --storage-gbps 20
 
 Reads only the first sample (twice: a raw read and one timed computation) to
 measure this machine; writes nothing.

@@ -157,4 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_compute_arguments(inspect, "inspect")
     inspect.add_argument("--no-measure", action="store_true", help="skip the timing (no estimate)")
+    inspect.add_argument(
+        "--nodes", type=int, default=1, metavar="N",
+        help="also project the time on N nodes like this one (default 1)",
+    )  # fmt: skip
+    inspect.add_argument(
+        "--storage-gbps", type=float, default=None, metavar="GBPS",
+        help="the storage's total bandwidth for all nodes (default: each node reads at "
+        "the rate measured here)",
+    )  # fmt: skip
     return parser

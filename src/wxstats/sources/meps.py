@@ -12,10 +12,12 @@ once per member, unlike neural-lam's file listing.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,6 +43,7 @@ FLUX_FIRST_STEP = 2
 """neural-lam uses the flux of the target steps only (the first two are inputs)."""
 
 _SAMPLE_RE = re.compile(r"^nwp_(\d{10})_mbr(\d+)\.npy$")
+_SAMPLE_GLOB = "nwp_*_mbr*.npy"
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,32 @@ class MepsSample:
     analysis_time: str  # YYYYMMDDHH
     member: int
     flux_path: Path
+
+
+def _flux_name(time: str) -> str:
+    return f"nwp_{MEPS_FLUX}_{time}.npy"
+
+
+class _Samples(Sequence):
+    """A split's samples as their file names (``nwp_YYYYMMDDHH_mbrNNN.npy``, checked
+    by :meth:`MepsSource._list_samples`), each made a :class:`MepsSample` when asked:
+    a list of ``MepsSample`` (two ``Path`` each) held ~1 KB per sample, 430 MB for
+    the seed's 436,524 (``benchmarks/bench_scale.py``); a name holds ~80 bytes."""
+
+    __slots__ = ("folder", "names")
+
+    def __init__(self, folder: Path, names: list[str]) -> None:
+        self.folder = folder
+        self.names = names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> MepsSample:  # type: ignore[override]
+        name = self.names[index]
+        time = name[4:14]
+        member = int(name[18:-4])
+        return MepsSample(self.folder / name, time, member, self.folder / _flux_name(time))
 
 
 def _parse_step_length(value: Any, where: str) -> int:
@@ -166,7 +195,7 @@ class MepsSource:
             "removed_feature_indices": ",".join(map(str, self.removed)),
         }
         if period:
-            times = sorted({s.analysis_time for s in self.samples})
+            times = sorted({name[4:14] for name in self.samples.names})
             self.attrs["statistics_period"] = f"{period} (analysis times {times[0]} to {times[-1]})"
 
     # -- listing and validation -----------------------------------------
@@ -179,26 +208,33 @@ class MepsSource:
             raise InputError(f"{path}: expected a mapping with a 'dataset' section")
         return config
 
-    def _list_samples(self) -> list[MepsSample]:
+    def _list_samples(self) -> _Samples:
+        """The split's samples, sorted by (analysis time, member), held as file names
+        (:class:`_Samples`): listed from the folder's names, never a ``Path`` each."""
         if not self.samples_dir.is_dir():
             raise InputError(f"{self.samples_dir}: split folder not found")
-        by_key: dict[tuple[str, int], Path] = {}
+        folder = self.samples_dir
+        by_key: dict[tuple[str, int], str] = {}
         beyond: list[str] = []
-        for path in sorted(self.samples_dir.glob("nwp_*_mbr*.npy")):
-            match = _SAMPLE_RE.match(path.name)
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if fnmatch.fnmatchcase(e.name, _SAMPLE_GLOB))
+        for name in names:
+            match = _SAMPLE_RE.match(name)
             if not match:
-                if path.name.startswith(f"nwp_{MEPS_FLUX}_"):
+                if name.startswith(f"nwp_{MEPS_FLUX}_"):
                     continue
                 # neural-lam lists samples with this same pattern and then fails on the name
                 raise InputError(
-                    f"{path}: matches neural-lam's sample pattern nwp_*_mbr*.npy but is not "
-                    "named nwp_YYYYMMDDHH_mbrNNN.npy; rename it or move it out of the folder"
+                    f"{folder / name}: matches neural-lam's sample pattern nwp_*_mbr*.npy but "
+                    "is not named nwp_YYYYMMDDHH_mbrNNN.npy; rename it or move it out of the "
+                    "folder"
                 )
-            if not path.exists():
+            path = os.path.join(folder, name)
+            if not os.path.exists(path):
                 raise InputError(f"{path}: a link to {os.readlink(path)}, which does not exist")
             time, member = match.group(1), int(match.group(2))
             if member >= self.num_members:
-                beyond.append(path.name)  # neural-lam loads members 0..n-1 only
+                beyond.append(name)  # neural-lam loads members 0..n-1 only
                 continue
             try:
                 datetime.strptime(time, "%Y%m%d%H")
@@ -207,9 +243,10 @@ class MepsSource:
             if (time, member) in by_key:
                 raise InputError(
                     f"{path}: duplicate sample: analysis time {time} member {member} is also "
-                    f"{by_key[(time, member)].name}; remove one of them"
+                    f"{by_key[(time, member)]}; remove one of them"
                 )
-            by_key[(time, member)] = path
+            by_key[(time, member)] = name
+        del names
         if not by_key:
             raise InputError(f"{self.samples_dir}: no sample files nwp_YYYYMMDDHH_mbrNNN.npy")
         if beyond:
@@ -233,17 +270,16 @@ class MepsSource:
                 f"members {all_members}: {shown}; the statistics use the samples that exist",
                 stacklevel=2,
             )
-        samples = []
-        for (time, member), path in sorted(by_key.items()):
-            flux = self.samples_dir / f"nwp_{MEPS_FLUX}_{time}.npy"
+        for time in sorted(members_of):  # once per analysis time, not once per member
+            flux = folder / _flux_name(time)
             if not flux.exists():
+                needed = by_key[(time, min(members_of[time]))]
                 raise InputError(
-                    f"{flux}: flux file missing for analysis time {time} (needed by {path.name})"
+                    f"{flux}: flux file missing for analysis time {time} (needed by {needed})"
                 )
-            samples.append(MepsSample(path, time, member, flux))
-        return samples
+        return _Samples(folder, [by_key[key] for key in sorted(by_key)])
 
-    def _in_period(self, by_key: dict[tuple[str, int], Path]) -> dict[tuple[str, int], Path]:
+    def _in_period(self, by_key: dict[tuple[str, int], str]) -> dict[tuple[str, int], str]:
         """The samples whose analysis time is in ``--period`` (inclusive)."""
         import pandas as pd
 
@@ -280,12 +316,12 @@ class MepsSource:
     @property
     def sample_names(self) -> list[str]:
         """The samples' file names: what a statistics state of them lists."""
-        return [s.path.name for s in self.samples]
+        return list(self.samples.names)
 
     def leave_out(self, names: set[str]) -> None:
         """Read only the samples not named (``wxstats update``: those not yet in
         the state); called before anything is read or counted."""
-        self.samples = [s for s in self.samples if s.path.name not in names]
+        self.samples = _Samples(self.samples_dir, [n for n in self.samples.names if n not in names])
 
     @property
     def sample_shape(self) -> tuple[int, int, int, int]:

@@ -14,10 +14,18 @@ estimate = total bytes / min(raw-read rate, compute rate × threads). The
 raw read is measured single-threaded, so on a parallel file system the run
 can be faster than the estimate; on a cold, slow disk the first-touch rate is
 what the whole run sees.
+
+On ``--nodes N`` (each with this machine's threads) the projection is
+bytes / min(storage, N × compute rate × threads), the storage being
+``--storage-gbps`` in total where given (a shared file system's aggregate
+bandwidth), else N × the raw-read rate measured here (each node reading as
+this one does), and it names the smaller, the limit. A sample is one node's
+work, so at most as many nodes as samples get any.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -48,12 +56,46 @@ class Inspection:
     compute_gbps: float | None = None
     threads: int = 1
     notes: list[str] = field(default_factory=list)
+    nodes: int = 1
+    """``--nodes``: the nodes of the projection, each with ``threads`` threads."""
+    storage_gbps: float | None = None
+    """``--storage-gbps``: the storage's total bandwidth for all nodes (None: each
+    node reads at ``read_gbps``, as measured here)."""
+    measured_bytes: int = 0
+    """The bytes of the sample the rates were measured on."""
 
     @property
     def estimate_s(self) -> float | None:
         if not self.read_gbps or not self.compute_gbps:
             return None
         return self.total_bytes / (min(self.read_gbps, self.compute_gbps * self.threads) * 1e9)
+
+    def projection(self) -> tuple[float, str] | None:
+        """(seconds, limit) on ``nodes`` nodes: see :func:`projection`."""
+        if not self.read_gbps or not self.compute_gbps:
+            return None
+        return projection(
+            self.total_bytes, self.read_gbps, self.compute_gbps, self.threads,
+            min(self.nodes, max(1, self.samples)), self.storage_gbps,
+        )  # fmt: skip
+
+
+def projection(
+    total_bytes: int,
+    read_gbps: float,
+    compute_gbps: float,
+    threads: int,
+    nodes: int,
+    storage_gbps: float | None = None,
+) -> tuple[float, str]:
+    """(seconds, ``"storage"`` or ``"CPU"``) to read and compute ``total_bytes`` on
+    ``nodes`` nodes of ``threads`` threads at ``compute_gbps`` each, the storage
+    giving ``storage_gbps`` in total (None: ``read_gbps`` to each node)."""
+    cpu = compute_gbps * threads * nodes
+    storage = storage_gbps if storage_gbps else read_gbps * nodes
+    if storage < cpu:
+        return total_bytes / (storage * 1e9), "storage"
+    return total_bytes / (cpu * 1e9), "CPU"
 
 
 def _raw_read_seconds(source: Source, index: int) -> float:
@@ -118,7 +160,12 @@ def _arrays_into(source: Source) -> list[str]:
     return list(planned_variables(source.streams))
 
 
-def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Inspection:
+def inspect_dataset(
+    options: ComputeOptions,
+    run_measure: bool = True,
+    nodes: int = 1,
+    storage_gbps: float | None = None,
+) -> Inspection:
     """The plan of a ``compute`` run with ``options``: refused as ``compute``
     refuses, by the same pre-flight (:mod:`wxstats.runtime.preflight`)."""
     from wxstats.runtime.grow import Growth
@@ -140,6 +187,8 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Inspec
         total_bytes=sum(sample_sizes(source)),
         first_sample=source.describe(0),
         threads=_running_threads(options.threads),
+        nodes=max(1, nodes),
+        storage_gbps=storage_gbps,
     )
     if options.threads and options.threads > plan.threads:
         plan.notes.append(
@@ -164,6 +213,7 @@ def inspect_dataset(options: ComputeOptions, run_measure: bool = True) -> Inspec
             source.read(index)  # memory maps: every header and size checked, nothing read
     if run_measure:
         plan.read_gbps, plan.compute_gbps = measure(source, options.skipna, plan.notes)
+        plan.measured_bytes = source.nbytes(0)
     return plan
 
 
@@ -215,5 +265,35 @@ def format_plan(plan: Inspection) -> str:
         )
     else:
         lines.append("estimated time: not measured")
+    lines += _projection_lines(plan)
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _projection_lines(plan: Inspection) -> list[str]:
+    """The ``--nodes`` projection: its time, its limit, and what it assumed."""
+    found = plan.projection()
+    if found is None:
+        return []
+    seconds, limit = found
+    nodes = min(plan.nodes, max(1, plan.samples))
+    per_node_cpu = plan.compute_gbps * plan.threads
+    storage = (
+        f"{plan.storage_gbps:.3g} GB/s in total (--storage-gbps)"
+        if plan.storage_gbps
+        else f"{plan.read_gbps:.3g} GB/s to each node, as measured here"
+    )
+    lines = [
+        f"projected on {nodes} node(s) x {plan.threads} thread(s): {_duration(seconds)}, "
+        f"limited by {limit}",
+        f"  CPU {per_node_cpu:.3g} GB/s per node; storage {storage}",
+        f"  measured on sample 0 only ({_size(plan.measured_bytes)}): the compute rate "
+        "once, with one thread (threads assumed to scale), the storage's by its first "
+        "read (the disk's rate unless the file was cached)",
+    ]
+    if plan.nodes > nodes:
+        lines.append(f"  only {nodes} of the {plan.nodes} nodes get a sample")
+    if plan.storage_gbps and limit == "storage":
+        useful = max(1, math.ceil(plan.storage_gbps / per_node_cpu))
+        lines.append(f"  beyond {useful} node(s) the storage is the limit: more do not help")
+    return lines
