@@ -147,7 +147,7 @@ def test_projection_on_nodes_by_hand():
     assert projection(int(7e12), 20.0, 0.5, 16, 10) == (87.5, "CPU")
     # a shared storage of 40 GB/s in total: 10 nodes could compute 80, it gives 40
     assert projection(int(7e12), 20.0, 0.5, 16, 10, storage_gbps=40.0) == (175.0, "storage")
-    plan = Plan("p", "k", "train", 4, [], int(8e9), "x", read_gbps=1.0, compute_gbps=0.25)
+    plan = Inspection("p", "k", "train", 4, [], int(8e9), "x", read_gbps=1.0, compute_gbps=0.25)
     plan.threads, plan.nodes = 2, 100  # 4 samples: 4 nodes get one each, 4 x 0.5 GB/s
     assert plan.projection() == (4.0, "CPU")
 
