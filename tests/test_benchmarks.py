@@ -56,9 +56,11 @@ def test_bench_zarr_prints_the_limit_wxstats_and_start_up(tmp_path):
     for title in ("netCDF (one file, warm):", "netCDF, zlib + shuffle (one file, warm):"):
         nc = text.split(title)[1]
         assert _seconds(nc, "limit: netCDF4-python slabs") > 0 and _seconds(nc, "wxstats") > 0
-    ours, base = re.search(r"start-up: wxstats compute tiny.zarr ([0-9.]+) s; import numpy, "
-                           r"xarray ([0-9.]+) s; ratio ([0-9.]+)", text).groups()[:2]  # fmt: skip
-    assert float(ours) > float(base) > 0  # the command imports at least numpy and xarray
+    ours, base, ratio = map(float, re.search(
+        r"start-up: wxstats compute tiny.zarr ([0-9.]+) s; import numpy, xarray ([0-9.]+) s; "
+        r"ratio ([0-9.]+)", text).groups()[:3])  # fmt: skip
+    # the row is consistent (no comparison of two timings: a loaded machine reorders them)
+    assert ours > 0 and base > 0 and ratio == pytest.approx(ours / base, rel=0.05, abs=0.01)
 
 
 def test_bench_zarr_s3_rows_rate_both_clients_against_the_faster_limit(tmp_path):
