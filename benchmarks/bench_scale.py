@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from run import linked_datastore, run_child  # noqa: E402  (benchmarks/ is this script's folder)
+from children import linked_datastore, run_child  # noqa: E402  (benchmarks/ is this script's folder)
 
 from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 

@@ -41,7 +41,6 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from children import child_env, evict  # noqa: E402  (benchmarks/ is this script's folder)
+from children import child_env, evict, linked_datastore, run_child  # noqa: E402  (benchmarks/ is this script's folder)
 
 from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 
@@ -58,48 +57,11 @@ MEMBERS = 2
 MEPS_GRID = (238, 268)
 
 
-def run_child(args: list[str], cwd: Path | None = None) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS in bytes, stderr+stdout tail) of one subprocess."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark: {' '.join(args)} failed ({proc.returncode}):\n{output}")
-    return wall, usage.ru_maxrss * 1024, output[-2000:]
-
-
 # -- the dataset ---------------------------------------------------------------
 def spec_for(size_gb: float, grid: tuple[int, int]) -> ExampleSpec:
     per_time = ExampleSpec(grid=grid).sample_bytes * MEMBERS
     times = max(1, round(size_gb * GB / per_time))
     return ExampleSpec(analysis_times=times, members=MEMBERS, grid=grid, val_times=0)
-
-
-def linked_datastore(source_config: Path, target: Path, times: int, interval: int) -> Path:
-    """A datastore of ``times`` analysis times whose files are links to the
-    source's (cycled): same data, more bytes read, no more disk or cache."""
-    src_dir = source_config.parent / "samples" / "train"
-    stamps = sorted({p.name[4:14] for p in src_dir.glob("nwp_??????????_mbr*.npy")})
-    out = target / "samples" / "train"
-    out.mkdir(parents=True)
-    shutil.copytree(source_config.parent / "static", target / "static")
-    shutil.copy(source_config, target / source_config.name)
-    first = ExampleSpec().first_time
-    for i in range(times):
-        stamp = (first + timedelta(hours=interval * i)).strftime("%Y%m%d%H")
-        old = stamps[i % len(stamps)]
-        for path in src_dir.glob(f"*{old}*.npy"):
-            (out / path.name.replace(old, stamp)).symlink_to(path.resolve())
-    return target / source_config.name
 
 
 def dataset_files(config: Path) -> list[Path]:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.streams import listed_features
 from wxstats.io.formats.netcdf import netcdf_writer
 
 SUSPICIOUS = {

@@ -20,7 +20,8 @@ from wxstats.core.errors import InputError
 from wxstats.runtime.run import compute, compute_source
 from wxstats.sources.kinds import Selection
 from wxstats.sources.xarray import XarraySource
-from wxstats.storage.chunks import SharedChunks, SlabRequest
+from wxstats.storage.chunks import SlabRequest
+from wxstats.storage.shared import SharedChunks
 from wxstats.storage.zarrchunks import ZarrChunkReader, chunk_codec
 
 

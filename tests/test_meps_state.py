@@ -22,7 +22,7 @@ from refusals import assert_refused
 
 from reference import assert_close, meps_reference
 from wxstats.cli import main
-from wxstats.core.stats import MEPS_FLUX
+from wxstats.core.conventions import MEPS_FLUX
 from wxstats.io.formats.neurallam import NEURALLAM_FILES
 from wxstats.io.read import NETCDF_NAME, read_stats
 from wxstats.runtime.state import State

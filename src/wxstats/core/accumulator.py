@@ -22,7 +22,8 @@ from wxstats.core.cellsums import cell_means
 from wxstats.core.combine import Moments, NonFiniteSums
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import BlockSums
-from wxstats.core.stats import DiffStats, Stats, StreamSpec, StreamStats
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.streams import StreamSpec
 
 
 @dataclass

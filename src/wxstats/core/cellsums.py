@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from wxstats.core.blocks import Block
-from wxstats.core.stats import StreamSpec
+from wxstats.core.streams import StreamSpec
 from wxstats.core.unit_reference import power_of_two
 
 FRACTION_BITS = 32

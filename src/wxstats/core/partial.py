@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.accumulator import RunMoments
-from wxstats.core.stats import Stats, StreamSpec
+from wxstats.core.stats import Stats
+from wxstats.core.streams import StreamSpec
 from wxstats.core.untrusted import parse_json
 
 Span = tuple[int, int]

@@ -25,28 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.conventions import (  # noqa: F401 - re-exported: they were defined here
-    MEPS_FLUX,
+from wxstats.core.conventions import (
     ROLES,
-    RUN_ATTR,
-    coord_label,
     diff_label,
-    feature_dim,
-    feature_names,
-    long_name_coord,
     span_name,
     step_text,
-    stream_name,
-    units_coord,
 )
 from wxstats.core.finalize import DIFF_STATISTICS, STATISTICS
-from wxstats.core.streams import (  # noqa: F401 - re-exported: they were defined here
-    GROUP_DIMS,
+from wxstats.core.streams import (
     POOLED_ATTR,
-    Pooling,
     StreamLayout,
-    StreamSpec,
-    flat_layout,
     listed_features,
     with_feature_units,
 )

@@ -29,7 +29,7 @@ from typing import Any
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.errors import WxstatsError
 from wxstats.core.partial import Coverage, CoverageOverlap, Partial, PartialMismatch
-from wxstats.core.stats import StreamSpec
+from wxstats.core.streams import StreamSpec
 from wxstats.runtime.engine import blocks_accumulator, cell_references
 from wxstats.sources.base import Source, WorkerSource, on_workers
 

@@ -23,7 +23,7 @@ from wxstats.core.cellsums import CellRangeError, add_block
 from wxstats.core.combine import NonFiniteSums
 from wxstats.core.errors import InputError
 from wxstats.core.kernels import BlockSums, block_sums
-from wxstats.core.stats import StreamSpec
+from wxstats.core.streams import StreamSpec
 from wxstats.sources.base import Source
 
 if TYPE_CHECKING:  # the numbers are core's: the engine only passes arrays on

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from wxstats import __version__
-from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.streams import StreamLayout
 from wxstats.io.atomic import Prepared, Writer, prepare_all
 from wxstats.io.storemarker import refuse_interrupted
 from wxstats.io.zarrstore import hold_store

@@ -2,7 +2,7 @@
 
 Sources know nothing of ranks, accumulators or output files: they list
 samples, read one into :class:`~wxstats.core.kernels.Block` views (one per
-stream, declared by a :class:`~wxstats.core.stats.StreamSpec` with its
+stream, declared by a :class:`~wxstats.core.streams.StreamSpec` with its
 layout), and describe a sample for error messages. What a kind of data
 supports beyond that, runtime and tools learn from its :class:`Capabilities`
 (and then use the sub-protocol they name), never from its ``kind``, which is

@@ -26,17 +26,17 @@ import itertools
 import math
 import threading
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
 from wxstats.storage.decompress import TooLarge
+from wxstats.storage.described import ChunkedArray, ChunkSource
+from wxstats.storage.shared import SharedChunks
 from wxstats.storage.sizes import check_chunks, check_slab, memory_bytes
 
 TASKS_PER_THREAD = 4
@@ -60,139 +60,9 @@ SHARED_BYTES = 128 * 2**20
 """Decoded chunks kept for a neighbouring block that has not read them yet."""
 
 
-@dataclass(frozen=True)
-class ChunkCodec:
-    """How the bytes of one chunk object become values: decompress (within the
-    chunk's declared size, :mod:`.decompress`), then view."""
-
-    bounded_decode: Callable[[Any, int], Any] | None  # (data, declared bytes); None: raw
-    dtype: np.dtype  # with the stored byte order
-
-
-@dataclass(frozen=True)
-class ChunkedArray:
-    """What the reader needs of one stored array, whatever the format."""
-
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: np.dtype  # stored, with its byte order
-    fill_value: Any
-    codec: ChunkCodec | None  # None: read with read_plain
-    key: Callable[[tuple[int, ...]], str]  # chunk coordinates -> the store's key
-    read_plain: Callable[[tuple[slice, ...]], np.ndarray]  # the format library's slicing
-    plain_offset: int | None = None
-    """Where a contiguous, unfiltered array starts in the local file (its
-    read-ahead; ``None``: not such an array)."""
-    never_written: bool = False
-    """Whether a missing chunk can only be one never written, which reads as a fill
-    value the writer chose (HDF5 with a fill value: nothing deletes a chunk): it is
-    decoded like written values, missing if the fill is, refused if netCDF's
-    default fill (:mod:`wxstats.sources.xarray.decode`), else data."""
-
-
-class ChunkSource(Protocol):
-    """Where chunks come from, by key (``None``: the chunk does not exist), as
-    bytes-like buffers (bytes, or a numpy array a format unfiltered into)."""
-
-    @property
-    def local(self) -> bool: ...
-
-    def get(self, key: str, nbytes: int | None = None) -> bytes | np.ndarray | None:
-        """Chunk object ``key``, whose decoded size is ``nbytes``; one stored in more
-        bytes than any codec takes for that is refused unread
-        (:class:`.decompress.TooLarge`)."""
-
-    def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
-
-    def fetch(self, keys: list[str], arrived: Callable[[int, Any], Any] | None = None) -> Future:
-        """A remote store's ``get_many``, later (requested now, in the background);
-        ``arrived(index, data)`` gives what it holds for each object found."""
-
-    def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
-        """Start reading these chunks, and (offset, length) ``spans`` of the file."""
-
-
-class SharedChunks:
-    """Decoded chunks that two neighbouring blocks read (a block's last steps are
-    the next block's difference halo), decompressed once: whichever block comes
-    first decodes, the other takes the values, waiting if they are being decoded.
-    An entry leaves when its second reader takes it; entries whose second reader
-    is elsewhere (another rank) leave oldest first beyond ``limit`` bytes. A
-    chunk read by more than two blocks (a halo longer than a block) is decoded
-    again by the third: the same values."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._ready = threading.Condition(self._lock)  # one for all: waiting is rare
-        self._entries: OrderedDict[str, _Pending] = OrderedDict()
-        self._bytes = 0
-
-    def holds(self, key: str) -> bool:
-        """Whether chunk ``key`` is being decoded, or kept, for a second reader."""
-        with self._lock:
-            return key in self._entries
-
-    def take(self, key: str, decode: Callable[[], np.ndarray | None]) -> np.ndarray | None:
-        """The values of chunk ``key``: ``decode()`` for its first reader, kept
-        for (or waited on by) the second."""
-        with self._lock:
-            entry = self._entries.pop(key, None)
-            first = entry is None
-            if first:
-                entry = self._entries[key] = _Pending()
-            else:
-                if entry.done and entry.error is None:  # counted while it was kept
-                    self._bytes -= _nbytes(entry.value)
-                while not entry.done:
-                    self._ready.wait()
-        if not first:
-            if entry.error is not None:
-                raise entry.error
-            return entry.value
-        try:
-            values = decode()
-        except BaseException as exc:
-            with self._lock:
-                if self._entries.get(key) is entry:
-                    del self._entries[key]
-                entry.error, entry.done = exc, True
-                self._ready.notify_all()
-            raise
-        with self._lock:
-            entry.value, entry.done = values, True
-            self._ready.notify_all()
-            if self._entries.get(key) is entry:  # the second reader is yet to come
-                self._bytes += _nbytes(values)
-                # listed only when over the limit: a copy of every entry at each insertion
-                # was quadratic in a block's shared chunks (10,000: 100 s)
-                for old in list(self._entries) if self._bytes > self.limit else ():
-                    if self._bytes <= self.limit:
-                        break
-                    if self._entries[old].done:
-                        self._bytes -= _nbytes(self._entries.pop(old).value)
-        return values
-
-
-class _Pending:
-    """A shared chunk being decoded, or decoded (a ``Future`` cost 6 us each: a
-    condition and a lock per chunk, for a wait that is rare)."""
-
-    __slots__ = ("done", "error", "value")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.error: BaseException | None = None
-        self.value: np.ndarray | None = None
-
-
 def _chunk_bytes(arr: ChunkedArray) -> int:
     """The decoded size of each chunk of ``arr``, as its metadata declares it."""
     return math.prod(arr.chunks) * arr.dtype.itemsize
-
-
-def _nbytes(values: np.ndarray | None) -> int:
-    return 0 if values is None else values.nbytes
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.chunks import ChunkReader
 from wxstats.storage.decompress import TooLarge, inflate, stored_limit
+from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
 
 _DEFLATE, _SHUFFLE = 1, 2  # HDF5's filter identifiers

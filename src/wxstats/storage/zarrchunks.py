@@ -21,8 +21,9 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage import urls
-from wxstats.storage.chunks import ChunkCodec, ChunkedArray, ChunkReader
+from wxstats.storage.chunks import ChunkReader
 from wxstats.storage.decompress import TooLarge, bounded, stored_limit
+from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
 from wxstats.storage.urls import InFlight, is_url, object_store, read_options
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.core.stats import GROUP_DIMS, Stats, StreamStats
+from wxstats.core.stats import Stats, StreamStats
+from wxstats.core.streams import GROUP_DIMS
 
 
 def feature_labels(stream: StreamStats) -> list[str]:

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features, weighting
+from wxstats.core.stats import DiffStats, Stats, StreamStats, weighting
+from wxstats.core.streams import listed_features
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf
 from wxstats.io.formats.netcdf import recorded_split

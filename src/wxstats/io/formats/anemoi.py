@@ -44,7 +44,8 @@ import numpy as np
 
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamStats, listed_features
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.streams import listed_features
 from wxstats.core.untrusted import read_json
 from wxstats.io.zarrstore import (
     Replacement,

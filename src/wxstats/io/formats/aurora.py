@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import Stats, StreamStats, listed_features, weighting
+from wxstats.core.stats import Stats, StreamStats, weighting
+from wxstats.core.streams import listed_features
 from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.netcdf import recorded_split

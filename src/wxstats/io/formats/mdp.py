@@ -47,7 +47,8 @@ import numpy as np
 
 from wxstats.core.conventions import ROLES, feature_dim
 from wxstats.core.errors import InputError
-from wxstats.core.stats import Stats, StreamSpec
+from wxstats.core.stats import Stats
+from wxstats.core.streams import StreamSpec
 from wxstats.core.untrusted import read_json
 from wxstats.io.formats.netcdf import stat_name
 from wxstats.io.formats.stored import check_float_dtype, check_min_std

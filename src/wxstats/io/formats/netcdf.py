@@ -32,15 +32,14 @@ from wxstats.core.stats import (
     DIFF_DIM,
     DIFF_OPS,
     DIFF_SPAN,
-    POOLED_ATTR,
     VALUE_OPS,
     DiffStats,
     Stats,
-    StreamLayout,
     StreamStats,
     stat_fields,
     weighting,
 )
+from wxstats.core.streams import POOLED_ATTR, StreamLayout
 from wxstats.core.untrusted import parse_json
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ncwrite import write_netcdf

@@ -19,7 +19,8 @@ import numpy as np
 
 from wxstats.core.conventions import MEPS_FLUX
 from wxstats.core.errors import InputError, WxstatsError
-from wxstats.core.stats import DiffStats, Stats, StreamLayout, StreamStats
+from wxstats.core.stats import DiffStats, Stats, StreamStats
+from wxstats.core.streams import StreamLayout
 from wxstats.core.untrusted import UntrustedInput, check_tensor_file, load_tensor, load_yaml
 from wxstats.io.atomic import Writer
 from wxstats.io.formats.ptfile import tensor_bytes

@@ -19,15 +19,8 @@ import numpy as np
 from wxstats.core.conventions import span_seconds
 from wxstats.core.errors import InputError, first_line
 from wxstats.core.finalize import DIFF_STATISTICS, STATISTICS
-from wxstats.core.stats import (
-    VALUE_OPS,
-    DiffStats,
-    Stats,
-    StreamLayout,
-    StreamStats,
-    concatenate,
-    stat_fields,
-)
+from wxstats.core.stats import VALUE_OPS, DiffStats, Stats, StreamStats, concatenate, stat_fields
+from wxstats.core.streams import StreamLayout
 from wxstats.core.untrusted import UntrustedInput, read_json
 from wxstats.io.atomic import Writer
 

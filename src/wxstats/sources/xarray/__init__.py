@@ -54,7 +54,7 @@ from wxstats.sources.xarray.open import (
     GIVEN,
     given_dataset,
     is_zarr,
-    open_parts,
+    open_files,
 )
 from wxstats.sources.xarray.timeaxis import (
     along_time,
@@ -102,13 +102,15 @@ class XarraySource:
         given = given_dataset(path)
         self.given = given is not None
         self.path = GIVEN if self.given else str(path)
-        opened = [(GIVEN, given)] if self.given else open_parts(self.path, storage)
-        self.parts = along_time(opened, self.time_dim, self.path)
-        first = self.parts[0].ds
+        opened = [(GIVEN, given)] if self.given else open_files(self.path, storage)
+        self.time_files = along_time(opened, self.time_dim, self.path)
+        first = self.time_files[0].ds
         self.is_mdp = is_mdp(first)
         if self.is_mdp:
             self.capabilities = replace(CAPABILITIES, mdp_store=True)
-        self.times = np.concatenate([time_values(p.ds, self.time_dim, p.path) for p in self.parts])
+        self.times = np.concatenate(
+            [time_values(p.ds, self.time_dim, p.path) for p in self.time_files]
+        )
         check_sorted(self.times, self.time_dim, self._where)
         self.n_times = int(self.times.shape[0])
         self.diff_steps = diff_steps(self.options.diff_steps)
@@ -126,7 +128,7 @@ class XarraySource:
                 self.splits, self.options.period, self.times, self.time_dim, self.path
             )
         self.vars = select_variables(
-            self.parts,
+            self.time_files,
             self.path,
             self.time_dim,
             self.options.variables,
@@ -139,7 +141,7 @@ class XarraySource:
                 f"{p.path}: variable {v.name}",
                 not self.given and not is_zarr(p.path),
             )
-            for i, p in enumerate(self.parts)
+            for i, p in enumerate(self.time_files)
             for v in self.vars
             if v.has_time or i == 0
         }
@@ -152,18 +154,18 @@ class XarraySource:
         )
         self.blocks = plan_blocks(
             self.splits,
-            chunk_bounds(self.parts, self.vars, self.time_dim),
+            chunk_bounds(self.time_files, self.vars, self.time_dim),
             per_step,
             self.options.block_bytes,
             max(self.diff_steps),
-            plan_chunks_per_step(self.parts, self.vars, self.time_dim),
+            plan_chunks_per_step(self.time_files, self.vars, self.time_dim),
         )
         self.groups = time_groups(self.options.by, self.times, self.path, self.splits)
         self.weight_field = None
         self._weights_identity: dict[str, Any] | None = None
         if self.options.weights:
             self.weight_field = weight_field(self.options.weights, first, self.path, storage)
-            field, first = self.weight_field, self.parts[0].ds
+            field, first = self.weight_field, self.time_files[0].ds
             self._weights_identity = weigh(self.vars, field, first, self.path)
         self.streams = stream_specs(
             self.vars,
@@ -194,7 +196,7 @@ class XarraySource:
         """Each variable's stored axes in the order ``(time, grid..., features...)``."""
         out = {}
         for v in (v for v in self.vars if v.has_time):
-            dims = tuple(map(str, self.parts[0].ds.variables[v.name].dims))
+            dims = tuple(map(str, self.time_files[0].ds.variables[v.name].dims))
             order = (self.time_dim, *v.grid_dims, *v.feature_dims)
             out[v.name] = tuple(dims.index(d) for d in order)
         return out
@@ -205,13 +207,13 @@ class XarraySource:
         out = {}
         for v in self.vars:
             fill = self._chunks.fill_value(v.name) if self._chunks else None
-            dtype = self.parts[0].ds.variables[v.name].dtype
+            dtype = self.time_files[0].ds.variables[v.name].dtype
             dec = self._decodings[(0, v.name)]
             out[v.name] = fill is not None and is_missing(fill, dtype, dec)
         return out
 
     def _where(self, time_index: int) -> str:
-        return where_in(self.parts, time_index, self.path)
+        return where_in(self.time_files, time_index, self.path)
 
     # -- reading ----------------------------------------------------------
     def _read(self, v: Variable, r0: int, r1: int) -> np.ndarray:
@@ -231,7 +233,7 @@ class XarraySource:
         reader = self._reader()
         if reader is None:
             return {
-                v.name: read_slab(self.parts, v, r0, r1, self._decodings, self.time_dim, given)
+                v.name: read_slab(self.time_files, v, r0, r1, self._decodings, self.time_dim, given)
                 for v in variables
             }
         raw = reader.read([self._request(v, r0, r1, shared) for v in variables])
@@ -261,7 +263,7 @@ class XarraySource:
         for v in self.vars:
             if not v.has_time:
                 array = (
-                    read_static(self.parts, v, self._decodings, given)
+                    read_static(self.time_files, v, self._decodings, given)
                     if index == 0
                     else np.empty((0, v.n_grid, v.n_features), dtype=v.out_dtype)
                 )
@@ -303,7 +305,9 @@ class XarraySource:
         reach = max(self.diff_steps)
         out = {}
         static = {
-            v.name: read_static(self.parts, v, self._decodings) for v in self.vars if not v.has_time
+            v.name: read_static(self.time_files, v, self._decodings)
+            for v in self.vars
+            if not v.has_time
         }
         for split in self.splits:
             stop = min(split.stop, split.start + reach + 1)
@@ -339,7 +343,7 @@ class XarraySource:
         Dataset's dask graph computes on the workers."""
         self._orders, self._missing_ok  # noqa: B018 - computed here, where the data is open
         out = copy.copy(self)
-        out.parts = [replace(p, ds=None) for p in self.parts]
+        out.time_files = [replace(p, ds=None) for p in self.time_files]
         out._chunks = None
         return out
 
@@ -361,7 +365,7 @@ class XarraySource:
             for v in self.vars
             if (not v.has_time and index == 0) or (v.has_time and self._chunks is None)
         ]
-        return slab_pieces(self.parts, wanted, block.first, block.stop, self.time_dim, _lazy)
+        return slab_pieces(self.time_files, wanted, block.first, block.stop, self.time_dim, _lazy)
 
     def prefetch(self, index: int) -> None:
         """zarr: read ahead (see :meth:`.ZarrChunkReader.will_need`), so that a cold
@@ -393,7 +397,7 @@ class XarraySource:
         return (block.stop - block.first) * per_step + (static if index == 0 else 0)
 
     def inputs(self) -> list[str]:
-        return [] if self.given else [p.path for p in self.parts if not is_url(p.path)]
+        return [] if self.given else [p.path for p in self.time_files if not is_url(p.path)]
 
     def identity(self, files: bool = True) -> dict[str, Any]:
         """The source's parts of a run's identity (:func:`.record.identity`)."""
@@ -407,9 +411,9 @@ class XarraySource:
     def close(self) -> None:
         if self._chunks is not None:
             self._chunks.close()
-        if self.given or any(p.ds is None for p in self.parts):
+        if self.given or any(p.ds is None for p in self.time_files):
             return  # the caller's Dataset stays open for the caller
-        for p in self.parts:
+        for p in self.time_files:
             p.ds.close()
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from wxstats.core.errors import InputError, first_line
 from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
-from wxstats.sources.xarray.timeaxis import Part, Split
+from wxstats.sources.xarray.timeaxis import Split, TimeFile
 from wxstats.storage.chunks import CHUNKS_PER_BLOCK
 
 
@@ -35,14 +35,14 @@ class TimeBlock:
 
 
 def chunk_bounds(
-    parts: list[Part], variables: list[Variable], time_dim: str
+    time_files: list[TimeFile], variables: list[Variable], time_dim: str
 ) -> list[Iterable[int]]:
     """Time indices where a storage chunk (or a file) of any variable starts, as
     sorted sequences (a ``range`` per regularly chunked variable and file, never
     a list of every chunk: a store of a million chunks along time plans in the
     memory of a few)."""
     bounds: set[Any] = set()  # ranges of the same chunks are equal: kept once
-    for p in parts:
+    for p in time_files:
         bounds.add((p.start, p.start + p.length))
         for v in variables:
             if not v.has_time:
@@ -75,13 +75,15 @@ def chunks_per_step(shape: Sequence[int], chunks: Sequence[int], axis: int) -> f
     return out
 
 
-def plan_chunks_per_step(parts: list[Part], variables: list[Variable], time_dim: str) -> float:
+def plan_chunks_per_step(
+    time_files: list[TimeFile], variables: list[Variable], time_dim: str
+) -> float:
     """Chunk objects a time step of every variable with time reads chunk by chunk
     (a storage chunking in its encoding): with :data:`.chunks.CHUNKS_PER_BLOCK`,
     how many steps a block's plan may hold."""
     total = 0.0
     for v in variables:
-        var = parts[0].ds.variables[v.name]
+        var = time_files[0].ds.variables[v.name]
         enc = var.encoding
         chunks = enc.get("chunks") or enc.get("chunksizes")
         if not v.has_time or var.chunks or enc.get("contiguous") or not chunks:
@@ -155,17 +157,22 @@ def shared_steps(blocks: list[TimeBlock], index: int) -> tuple[tuple[int, int], 
 
 Pieces = Mapping[tuple[int, str], Any]
 """Raw values already fetched (by a cluster's worker, :func:`slab_pieces`), by
-(part, variable), in ``(time, grid..., features...)`` order."""
+(file, variable), in ``(time, grid..., features...)`` order."""
 
 
 def slab_pieces(
-    parts: list[Part], variables: list[Variable], r0: int, r1: int, time_dim: str, lazy: Callable
+    time_files: list[TimeFile],
+    variables: list[Variable],
+    r0: int,
+    r1: int,
+    time_dim: str,
+    lazy: Callable,
 ) -> dict[tuple[int, str], Any]:
-    """``lazy(variable)`` (a dask array) of each part's piece of steps ``[r0, r1)``
+    """``lazy(variable)`` (a dask array) of each file's piece of steps ``[r0, r1)``
     of ``variables`` (without time: the whole variable), in the order
     :func:`read_slab` and :func:`read_static` take them as ``given``."""
     out = {}
-    for i, p in enumerate(parts):
+    for i, p in enumerate(time_files):
         a, b = max(r0, p.start), min(r1, p.start + p.length)
         for v in variables:
             var = p.ds.variables[v.name]
@@ -183,7 +190,7 @@ def slab_pieces(
 
 
 def read_slab(
-    parts: list[Part],
+    time_files: list[TimeFile],
     v: Variable,
     r0: int,
     r1: int,
@@ -196,7 +203,7 @@ def read_slab(
     shape = (r1 - r0, v.n_grid, v.n_features)
     order = (time_dim, *v.grid_dims, *v.feature_dims)
     out = None
-    for i, p in enumerate(parts):
+    for i, p in enumerate(time_files):
         a, b = max(r0, p.start), min(r1, p.start + p.length)
         if a >= b:
             continue
@@ -238,7 +245,7 @@ def finish_slab(raw: np.ndarray, dec: Decoding, v: Variable, path: str) -> np.nd
 
 
 def read_static(
-    parts: list[Part],
+    time_files: list[TimeFile],
     v: Variable,
     decodings: dict[tuple[int, str], Decoding],
     given: Pieces | None = None,
@@ -249,14 +256,14 @@ def read_static(
         if given is not None:
             raw = np.asarray(given[(0, v.name)])
         else:
-            var = parts[0].ds.variables[v.name]
+            var = time_files[0].ds.variables[v.name]
             order = [var.dims.index(d) for d in (*v.grid_dims, *v.feature_dims)]
             raw = np.asarray(var.values).transpose(order)  # as in read_slab
     except Exception as exc:  # storage errors of any backend
         raise InputError(
-            f"{parts[0].path}: variable {v.name}: cannot read: {first_line(exc)}"
+            f"{time_files[0].path}: variable {v.name}: cannot read: {first_line(exc)}"
         ) from None
-    where = f"{parts[0].path}: variable {v.name}"
+    where = f"{time_files[0].path}: variable {v.name}"
     decode_into(raw.reshape(1, v.n_grid, v.n_features), decodings[(0, v.name)], out, where)
     return out
 

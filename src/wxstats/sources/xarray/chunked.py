@@ -49,12 +49,12 @@ def chunk_reader(source: Any, storage: dict[str, Any]) -> Opened:
     threads = source.options.io_threads
     if source.given:
         names = [v.name for v in source.vars if v.has_time]
-        store = given_zarr_store(source.parts[0].ds, names)
+        store = given_zarr_store(source.time_files[0].ds, names)
         if store is not None:
             return _try(("zarr", store, {}), threads)
-        path = given_hdf5_file(source.parts[0].ds, names)
+        path = given_hdf5_file(source.time_files[0].ds, names)
         return (None, None) if path is None else _try(("hdf5", path, {}), threads)
-    if len(source.parts) != 1:
+    if len(source.time_files) != 1:
         return None, None
     if is_zarr(source.path):
         recipe = ("zarr", source.path, storage)
@@ -63,6 +63,6 @@ def chunk_reader(source: Any, storage: dict[str, Any]) -> Opened:
         except Exception as exc:  # zarr raises many kinds for what xarray opened
             msg = f"{source.path}: cannot open with zarr: {first_line(exc)}"
             raise InputError(msg) from None
-    if is_url(source.path) or not is_hdf5(source.parts[0].path):
+    if is_url(source.path) or not is_hdf5(source.time_files[0].path):
         return None, None
-    return _try(("hdf5", source.parts[0].path, {}), threads)
+    return _try(("hdf5", source.time_files[0].path, {}), threads)

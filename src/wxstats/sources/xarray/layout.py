@@ -29,12 +29,11 @@ from wxstats.core.conventions import (
 from wxstats.core.errors import InputError
 from wxstats.core.streams import POOLED_ATTR, Pooling, StreamLayout, StreamSpec
 from wxstats.sources.xarray.open import is_zarr
-from wxstats.sources.xarray.timeaxis import Part, Split, label
+from wxstats.sources.xarray.timeaxis import Split, TimeFile, label
 
 VERTICAL_DIMS = ("level", "levels", "pressure_level", "isobaricInhPa", "plev", "lev")
 """Dimensions that are features by default (with any ``*_feature`` dimension):
 a mean over vertical levels is never a useful normalization."""
-MDP_CATEGORIES = ROLES
 
 
 def is_mdp(ds: Any) -> bool:
@@ -69,7 +68,7 @@ class Variable:
 def _feature_dims_of(
     name: str, dims: tuple[str, ...], chosen: tuple[str, ...] | None, mdp: bool
 ) -> tuple[str, ...]:
-    if mdp and name in MDP_CATEGORIES:
+    if mdp and name in ROLES:
         extra = chosen or ()
         return tuple(d for d in dims if d == feature_dim(name) or d in extra)
     if chosen is None:
@@ -78,18 +77,18 @@ def _feature_dims_of(
 
 
 def select_variables(
-    parts: list[Part],
+    time_files: list[TimeFile],
     path: str,
     time_dim: str,
     wanted: tuple[str, ...] | None,
     feature_dims: tuple[str, ...] | None,
 ) -> list[Variable]:
     """The variables to reduce, checked against every file of the dataset."""
-    ds = parts[0].ds
+    ds = time_files[0].ds
     mdp = is_mdp(ds)
     if wanted is None:
         if mdp:
-            names = [c for c in MDP_CATEGORIES if c in ds.data_vars]
+            names = [c for c in ROLES if c in ds.data_vars]
         else:
             names = [
                 str(n)
@@ -134,7 +133,7 @@ def select_variables(
                 "such a dimension"
             )
     out = [_variable(ds, name, path, time_dim, feature_dims, mdp) for name in names]
-    for p in parts[1:]:
+    for p in time_files[1:]:
         for v in out:
             if not v.has_time:
                 continue
@@ -147,7 +146,7 @@ def select_variables(
             if not same:
                 raise InputError(
                     f"{p.path}: variable {v.name} has dimensions {dict(other.sizes)}, but "
-                    f"{parts[0].path} has {dict(ds[v.name].sizes)}"
+                    f"{time_files[0].path} has {dict(ds[v.name].sizes)}"
                 )
     return out
 
@@ -175,7 +174,7 @@ def _variable(
         else:
             values = np.arange(da.sizes[d])
         labels.append([label(x) for x in values])
-    category = name if mdp and name in MDP_CATEGORIES else ("state" if has_time else "static")
+    category = name if mdp and name in ROLES else ("state" if has_time else "static")
     features = feature_names(name, labels, prefixed=_prefixed(fdims))
     units, long_names = [], []
     base_units = str(da.attrs.get("units", ""))
@@ -186,7 +185,7 @@ def _variable(
             f"{d}={labels[i][j]}" for i, (d, j) in enumerate(zip(fdims, combo, strict=True))
         )
         long_names.append(f"{base_long} ({where_in})" if where_in else base_long)
-    if mdp and category in MDP_CATEGORIES and len(fdims) == 1:
+    if mdp and category in ROLES and len(fdims) == 1:
         dim = fdims[0]
         for coord in (units_coord(dim), long_name_coord(dim)):
             if coord in ds.coords and ds[coord].dims == (dim,):

@@ -113,7 +113,7 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
         raise InputError(f"{text}: cannot open with xarray: {first_line(exc)}") from None
 
 
-def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
+def open_files(text: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
     """The datasets ``text`` names; a glob leaves out statistics files wxstats
     wrote (``era5_*.nc`` run twice would otherwise read ``era5_stats.nc``)."""
     if not is_glob(text):
@@ -121,16 +121,16 @@ def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list
     files = sorted(globlib.glob(text))
     if not files:
         raise InputError(f"{text}: no files match this pattern")
-    parts, outputs = [], []
+    time_files, outputs = [], []
     for f in files:
         ds = open_one(f)
         if RUN_ATTR in ds.attrs:
             ds.close()
             outputs.append(f)
         else:
-            parts.append((f, ds))
+            time_files.append((f, ds))
     if outputs:
-        if not parts:
+        if not time_files:
             raise InputError(
                 f"{text}: the files matching this pattern are all statistics written by "
                 f"wxstats ({', '.join(outputs)}), not data"
@@ -141,4 +141,4 @@ def open_parts(text: str, storage_options: dict[str, Any] | None = None) -> list
             UserWarning,
             stacklevel=2,
         )
-    return parts
+    return time_files

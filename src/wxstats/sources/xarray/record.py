@@ -1,5 +1,5 @@
 """What an xarray source records of itself: the attributes every statistics
-file carries, and the source's parts of a run's identity
+file carries, and the source's sections of a run's identity
 (:mod:`wxstats.runtime.identity`)."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def identity(source: Any, files: bool = True) -> dict[str, Any]:
             "split": names[0] if len(names) == 1 else names,
             "time_dim": source.time_dim,
             "variables": variables,
-            "coords": coordinates(source.parts[0].ds, dims),
+            "coords": coordinates(source.time_files[0].ds, dims),
             "diff_steps": list(source.diff_steps),
             "by": source.options.by,
             "pool": sorted(source.options.pool),  # merged outputs never depend on the order
@@ -85,7 +85,7 @@ def identity(source: Any, files: bool = True) -> dict[str, Any]:
             "splits": [[s.name, s.start, s.stop] for s in source.splits],
         },
         "files": stored(
-            [p.path for p in source.parts], [v.name for v in source.vars] + [source.time_dim]
+            [p.path for p in source.time_files], [v.name for v in source.vars] + [source.time_dim]
         )
         if files and not source.given
         else {},

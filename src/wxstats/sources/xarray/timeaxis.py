@@ -33,7 +33,7 @@ class Split:
 
 
 @dataclass
-class Part:
+class TimeFile:
     """One opened file (or store) and where its times sit on the whole axis."""
 
     path: str
@@ -189,7 +189,7 @@ def _bound(value: Any) -> str:
     return label(v.item())
 
 
-def along_time(opened: list[tuple[str, Any]], time_dim: str, path: str) -> list[Part]:
+def along_time(opened: list[tuple[str, Any]], time_dim: str, path: str) -> list[TimeFile]:
     """The opened files in time order, each with its offset on the whole axis."""
     starts = []
     for where, ds in opened:
@@ -200,16 +200,16 @@ def along_time(opened: list[tuple[str, Any]], time_dim: str, path: str) -> list[
         raise InputError(f"{path}: the {time_dim} dimension is empty")
     if len(starts) > 1:
         starts.sort(key=lambda s: s[0])
-    parts, offset = [], 0
+    time_files, offset = [], 0
     for _, where, ds, length in starts:
-        parts.append(Part(where, ds, offset, int(length)))
+        time_files.append(TimeFile(where, ds, offset, int(length)))
         offset += int(length)
-    return parts
+    return time_files
 
 
-def where_in(parts: list[Part], time_index: int, default: str) -> str:
+def where_in(time_files: list[TimeFile], time_index: int, default: str) -> str:
     """The file holding a time index (for messages)."""
-    for p in parts:
+    for p in time_files:
         if p.start <= time_index < p.start + p.length:
             return p.path
     return default
