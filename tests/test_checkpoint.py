@@ -81,7 +81,7 @@ def test_resume_with_another_world_size_is_byte_identical(
                 source, [remaining[i] for i in partition(len(remaining), rank, second_world)]
             )
         )
-    resumed = total.extract(source.streams, source.kind)
+    resumed = total.extract(source.streams, source.kind, source.capabilities.time_splits)
     assert _stats_bytes(resumed) == _stats_bytes(clean)
 
 

@@ -84,7 +84,7 @@ def _run(source, world, skipna=False, reverse=False):
     ranks = range(world - 1, -1, -1) if reverse else range(world)
     for rank in ranks:
         total.merge(accumulate(source, partition(len(source), rank, world), skipna=skipna))
-    return total.extract(source.streams, source.kind)
+    return total.extract(source.streams, source.kind, time_splits=False)  # no time axis
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -95,7 +95,7 @@ def test_any_grouping_gives_identical_bytes(meps_small, tmp_path, parts):
     total = empty_accumulator(source)
     for p in reversed(partials):
         total.merge(p)
-    grouped = total.extract(source.streams, source.kind)
+    grouped = total.extract(source.streams, source.kind, source.capabilities.time_splits)
     grouped.attrs, grouped.run = whole.attrs, whole.run
     assert _result_bytes(source, whole, tmp_path, "a") == _result_bytes(
         source, grouped, tmp_path, "b"

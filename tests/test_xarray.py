@@ -113,7 +113,7 @@ def test_world_sizes_give_identical_bytes(data, world):
     total = empty_accumulator(source)
     for rank in reversed(range(world)):
         total.merge(accumulate(source, partition(len(source), rank, world)))
-    grouped = total.extract(source.streams, source.kind)
+    grouped = total.extract(source.streams, source.kind, source.capabilities.time_splits)
     grouped.attrs, grouped.run = whole.attrs, whole.run
     assert _bytes(grouped, source) == _bytes(whole, source)
 

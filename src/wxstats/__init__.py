@@ -30,6 +30,7 @@ def compute(path, **options):  # noqa: ANN001, ANN201 - thin lazy wrapper
     - ``pool``: feature dimensions (``"level"``) to also pool, exactly: joint statistics
     - ``weights``: ``"coslat"``, ``"VAR"`` or ``"FILE:VAR"``: area-weighted statistics
     - ``skipna``: leave NaN out (they are counted) instead of refusing them
+    - ``moments``: ``4`` also gives the skewness and excess kurtosis (default ``2``)
     - ``block_mb``: memory per block of time steps (the bits never depend on it)
     - ``storage_options``: fsspec options for a URL (``endpoint_url``, ``anon``, ...)
     - ``threads``: threads (default: the available CPUs, at most 8)

@@ -138,8 +138,6 @@ def run_inspect(
     from wxstats.tools.inspect import format_plan, inspect_dataset
 
     options = replace(options, threads=options.threads or default_threads())
-    if nodes < 1 or (storage_gbps is not None and storage_gbps <= 0):
-        raise WxstatsError("--nodes and --storage-gbps must be positive")
     print(format_plan(inspect_dataset(options, not no_measure, nodes, storage_gbps)))
     return 0
 

@@ -25,6 +25,7 @@ from wxstats.cli.examples import (
     REPORT_EPILOG,
 )
 from wxstats.cli.grow import add_grow_commands
+from wxstats.runtime.option import positive_float
 
 __all__ = ["build_parser", "compute_options"]
 
@@ -158,11 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_compute_arguments(inspect, "inspect")
     inspect.add_argument("--no-measure", action="store_true", help="skip the timing (no estimate)")
     inspect.add_argument(
-        "--nodes", type=int, default=1, metavar="N",
+        "--nodes", type=positive_int, default=1, metavar="N",
         help="also project the time on N nodes like this one (default 1)",
     )  # fmt: skip
     inspect.add_argument(
-        "--storage-gbps", type=float, default=None, metavar="GBPS",
+        "--storage-gbps", type=positive_float, default=None, metavar="GBPS",
         help="the storage's total bandwidth for all nodes (default: each node reads at "
         "the rate measured here)",
     )  # fmt: skip

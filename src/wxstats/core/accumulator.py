@@ -255,9 +255,10 @@ class RunMoments:
             return np.full(moments.cells.shape[1:], np.nan)
         return cell_means(moments.cells, steps, *moments.cell_reference)
 
-    def extract(self, specs: list[StreamSpec], source_kind: str) -> Stats:
+    def extract(self, specs: list[StreamSpec], source_kind: str, time_splits: bool) -> Stats:
         """Round the exact sums once into statistics; refuse what is unusable
-        (a feature without a single finite value, or weighted, one of positive weight)."""
+        (a feature without a single finite value, or weighted, one of positive weight).
+        ``time_splits``: the splits are intervals of a time axis (:attr:`Stats.time_splits`)."""
         streams: dict[str, StreamStats] = {}
         notes: list[str] = []
         for spec in specs:
@@ -307,4 +308,6 @@ class RunMoments:
             if spec.pooled is not None:
                 pooled = pooled_stats(spec, moments, diff)
                 streams[pooled.name] = pooled
-        return Stats(source_kind=source_kind, streams=streams, warnings=notes)
+        return Stats(
+            source_kind=source_kind, streams=streams, warnings=notes, time_splits=time_splits
+        )

@@ -232,9 +232,9 @@ class Partial:
         tails = {at(k): e for k, e in self.tails.items()}
         return Partial(self.sums, Coverage(ranges), self.identity, self.reach, heads, tails)
 
-    def extract(self, specs: list[StreamSpec], kind: str) -> Stats:
+    def extract(self, specs: list[StreamSpec], kind: str, time_splits: bool) -> Stats:
         """The statistics, rounded once (:meth:`RunMoments.extract`)."""
-        return self.sums.extract(specs, kind)
+        return self.sums.extract(specs, kind, time_splits)
 
 
 def _canonical(identity: dict[str, Any]) -> str:

@@ -245,6 +245,10 @@ class Stats:
     warnings: list[str] = field(default_factory=list)
     origin: str = ""
     """Where a read set came from (path and format), for reports."""
+    time_splits: bool = False
+    """Whether the splits are intervals of a time axis the run chose (``--split`` of a
+    zarr/netCDF run): the JSON summary lists each; a datastore's split folder or an
+    anemoi dataset's one window is no such choice, nor a set read back from files."""
 
     @property
     def state(self) -> StreamStats:

@@ -41,6 +41,7 @@ from wxstats.runtime.state import (
     state_of_run,
 )
 from wxstats.sources.base import Source, TimeAxisSource
+from wxstats.sources.kinds import capabilities_of
 
 
 def seam(state: State, tail: Edges, head: Edges, before: Any, after: Any, where: str) -> RunMoments:
@@ -252,7 +253,8 @@ def combine(states: list[State], allow_gap: bool = False, verb: str = "merge wit
 
 def state_stats(state: State, *, warnings: list[str] | None = None) -> Stats:
     """The statistics of a state, attributes saying what it covers."""
-    stats = state.partial.extract(state.specs, state.identity["kind"])
+    kind = state.identity["kind"]
+    stats = state.partial.extract(state.specs, kind, capabilities_of(kind).time_splits)
     stats.attrs = dict(state.attrs)
     stats.attrs.pop("gaps", None)
     stats.attrs.pop("statistics_period", None)  # of the first range only: splits says all
@@ -349,7 +351,7 @@ class Growth:
         new = state_of_run(source, acc, identity)
         if self.base is None:
             self.result = new
-            return acc.extract(source.streams, source.kind)
+            return acc.extract(source.streams, source.kind, source.capabilities.time_splits)
         grown = combine([self.base, new], self.allow_gap, "update")
         # what describes the data (a datastore's config, where its files go) is the
         # data updated from, as a run over all of it says; the ranges joined are combine's

@@ -121,7 +121,13 @@ def template_stats(source: Source, skipna: bool) -> Stats:
                 pool.name, pool.features, pool.units, pool.long_names, pool.layout, steps
             )
     attrs = {**source.attrs, "skipna": int(skipna)}
-    return Stats(source.kind, streams, attrs=attrs, run={"wxstats_version": __version__})
+    return Stats(
+        source.kind,
+        streams,
+        attrs=attrs,
+        run={"wxstats_version": __version__},
+        time_splits=source.capabilities.time_splits,
+    )
 
 
 def plan_outputs(source: Source, options: ComputeOptions) -> OutputPlan:

@@ -124,7 +124,7 @@ def compute_source(
     elif growth is not None:  # only rank 0 reads the edges, joins and writes
         stats = Stats(source.kind, {})
     else:
-        stats = acc.extract(source.streams, source.kind)
+        stats = acc.extract(source.streams, source.kind, source.capabilities.time_splits)
     _record(stats, source, skipna, started, world_size=world.world_size, threads_per_rank=threads)
     if checkpoint is not None:
         stats.run["resumed_samples"] = checkpoint.done_before
@@ -182,7 +182,7 @@ def compute(
 
     started = time.time()
     sums, workers = compute_on_cluster(source, cluster, skipna=opts.skipna)
-    stats = sums.extract(source.streams, source.kind)
+    stats = sums.extract(source.streams, source.kind, source.capabilities.time_splits)
     _record(stats, source, opts.skipna, started, engine="dask", workers=workers)
     return Result.of(stats)
 

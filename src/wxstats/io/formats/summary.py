@@ -99,12 +99,12 @@ def summary_dict(stats: Stats) -> dict[str, Any]:
 
     The MEPS schema: ``variables``, ``units``, ``state``, ``diff`` (raw scale),
     ``forcing`` (and ``static``) per feature, ``source``, ``warnings``, ``run``.
-    Statistics whose streams name their splits (a zarr/netCDF run's) give the
-    first split at the top level and every split under ``splits``. Only ``run``
+    Statistics of time splits (:attr:`Stats.time_splits`: a zarr/netCDF run's) give
+    the first split at the top level and every split under ``splits``. Only ``run``
     describes the run: two runs over the same data give equal summaries but for it.
     """
     splits = stats.splits()
-    if not splits:  # streams of no named split (a datastore's, an anemoi dataset's)
+    if not stats.time_splits or not splits:  # a datastore's, an anemoi dataset's, a read set's
         return _split_summary(stats, None)
     out = _split_summary(stats, splits[0])
     out["splits"] = {}
