@@ -7,7 +7,7 @@ and, for each lag ``k``, the range of *later* times ``t`` whose pairs
 
 :func:`block_sums` runs the compiled kernel (numba, no per-element Python,
 no float64 temporaries of the sample's size), or its numpy twin for a small
-block (:mod:`wxstats.core.kernel_choice`); what it accumulates is declared in
+block (:mod:`wxstats.core.kernel.choice`); what it accumulates is declared in
 :mod:`wxstats.core.reduction`.
 
 How the kernel is fast and still exact
@@ -53,7 +53,7 @@ import numpy as np
 
 from wxstats.core import reduction, unit_reference
 from wxstats.core.blocks import Block
-from wxstats.core.kernel_choice import run_kernel
+from wxstats.core.kernel.choice import run_kernel
 
 GRID_CHUNK = 512
 """Grid points summed together (in lanes, see the module docstring) before

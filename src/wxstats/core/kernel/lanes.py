@@ -1,7 +1,7 @@
 """The inner loop of the compiled kernel (numba): one chunk of one time step.
 
 :func:`lane_sums` adds a chunk's values (or differences) into lanes (see the
-:mod:`wxstats.core.kernels` docstring). It is one template, specialized at
+:mod:`wxstats.core.kernel` docstring). It is one template, specialized at
 compile time for the values or the differences, for the fast path (as if every
 value were finite) or the checked one (NaN/Inf skipped: a skipped value adds
 ``0.0``, which changes no lane sum, so both paths give the same bits), and for
@@ -9,7 +9,7 @@ weighted sums (``--weights``) or not, and for the third and fourth powers
 (``--moments 4``) or not: the flags are literal constants of the caller, so
 each of the sixteen loops is compiled with its dead branches removed
 (the fast unweighted one is the plain sum it was written as before). Kept
-apart from :mod:`wxstats.core._kernels_numba`, which walks the chunks and steps.
+apart from :mod:`wxstats.core.kernel.compiled`, which walks the chunks and steps.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from wxstats.core.kernel_cache import numba_may_cache
+from wxstats.core.kernel.cache import numba_may_cache
 
 # numba's cache only where no one else can write it (its index files are pickles)
 _OPTS = {"nogil": True, "cache": numba_may_cache(), "error_model": "numpy"}
@@ -50,9 +50,9 @@ def scaled(raw, v, p, q, pq):
 @overload(scaled, inline="always")
 def _scaled(raw, v, p, q, pq):
     # An input of at most 32 bits (float32 and narrower, integers to 32 bits) makes
-    # v * q exact, and kernels.block_sums checks that p * q is (pq = -p * q), so one
+    # v * q exact, and block_sums checks that p * q is (pq = -p * q), so one
     # fused multiply-add gives the very bits of (v - p) * q with one operation less
-    # (see the proof at kernels.fused_scaling_is_exact); wider inputs keep the two.
+    # (see the proof at fused_scaling_is_exact); wider inputs keep the two.
     if isinstance(raw, (types.Float, types.Integer)) and raw.bitwidth <= 32:
         return lambda raw, v, p, q, pq: _fused_multiply_add(v, q, pq)
     return lambda raw, v, p, q, pq: (v - p) * q

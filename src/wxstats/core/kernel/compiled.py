@@ -1,9 +1,9 @@
-"""The compiled loops behind :func:`wxstats.core.kernels.block_sums` (numba).
+"""The compiled loops behind :func:`wxstats.core.kernel.block_sums` (numba).
 
 Kept apart so that ``import wxstats`` does not import numba, and at module
 level so that numba's on-disk cache (``cache=True``) is reused between runs:
 functions defined in a closure get a new cache key in every process.
-See the :mod:`wxstats.core.kernels` docstring for the summation structure.
+See the :mod:`wxstats.core.kernel` docstring for the summation structure.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 from numba import carray, cfunc, njit, types
 from numba.extending import overload
 
-from wxstats.core import kernel_cache
-from wxstats.core._lanes_numba import lane_sums
-from wxstats.core.kernel_sources import KERNEL_SOURCES, sources_digest
+from wxstats.core.kernel import cache
+from wxstats.core.kernel.lanes import lane_sums
+from wxstats.core.kernel.sources import CORE, KERNEL_SOURCES, sources_digest
 from wxstats.core.reduction import slot
 
 # the slots of the kernel's output arrays (wxstats.core.reduction): compile-time constants
@@ -28,7 +28,7 @@ _MIN, _MAX = slot("minimum")[1], slot("maximum")[1]
 _NAN, _INF = slot("nan_count")[1], slot("inf_count")[1]
 
 
-CACHE = kernel_cache.numba_may_cache()
+CACHE = cache.numba_may_cache()
 """Whether numba's cache is read and written for this file's functions: only in
 a folder private to this user (its index files are pickles, code run when
 read), and only where numba finds a writable one (a read-only installation and
@@ -166,14 +166,14 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
            totals_int, fs, ints, xs):  # fmt: skip
     # Parts p: 0 the values, 1 + s the differences of lag lags[s]; ranges (parts, 2): the
     # steps t counted [t0, t1); refs (parts, 3, n_t, lanes): per step t (each its own
-    # reference) the shift, 1/scale and -shift/scale per lane (see _lanes_numba.scaled).
+    # reference) the shift, 1/scale and -shift/scale per lane (see lanes.scaled).
     # Outputs (wxstats.core.reduction.kernel_arrays, at their identities): steps_* (parts,
     # slots, n_t, n_c), totals_* (parts, slots, groups, n_c), step t's totals going to its
     # group by[t] (flox's "by": a climatology's month or hour); the weights are summed only
     # when w, the weight per grid point, is not empty, and the third and fourth powers
     # when steps_float has their slots (--moments 4). Scratch (the caller's, so that the
     # machine code allocates nothing and loads without numba's runtime, see
-    # wxstats.core.kernel_object.scratch_sizes): fs float64 (7 lanes, 5 n_c, then a chunk's
+    # wxstats.core.kernel.stored.scratch_sizes): fs float64 (7 lanes, 5 n_c, then a chunk's
     # weights), ints int64 (3 lanes), xs the values' extremes (2 lanes, float32 for float32
     # values: compared in half the vector width, widening keeps order and value).
     n_t = a.shape[0]
@@ -245,7 +245,7 @@ def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, 
 
 def _entry(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):
     # the kernel over raw pointers and its sizes in dims (in the order
-    # wxstats.core.kernel_object.kernel gives them): a C function, which that module calls
+    # wxstats.core.kernel.stored.kernel gives them): a C function, which that module calls
     n_t, width, n_c, m, chunk = dims[0], dims[1], dims[2], dims[3], dims[4]
     n_l, n_p, lanes, n_w = dims[5], dims[6], dims[7], dims[8]
     n_g, n_fs, n_i = dims[11], dims[14], dims[15]
@@ -272,7 +272,7 @@ def _entry(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):
 def entry(dtype: np.dtype, extremes: np.dtype):
     """The kernel for values of ``dtype`` (extremes kept in ``extremes``) as a C
     function of pointers (numba's ``cfunc``; the functions it calls come from numba's
-    cache): its machine code is what :mod:`wxstats.core.kernel_object` keeps on disk
+    cache): its machine code is what :mod:`wxstats.core.kernel.stored` keeps on disk
     and loads without numba, so numba's cache of this wrapper would never be read."""
     f64, i64 = types.CPointer(types.float64), types.CPointer(types.int64)
     values = types.CPointer(numba.from_dtype(np.dtype(dtype)))
@@ -282,7 +282,7 @@ def entry(dtype: np.dtype, extremes: np.dtype):
 
 
 SOURCES_DIGEST = int.from_bytes(
-    sources_digest(tuple(n for n in KERNEL_SOURCES if n != Path(__file__).name))[:7], "little"
+    sources_digest(tuple(n for n in KERNEL_SOURCES if CORE / n != Path(__file__)))[:7], "little"
 )
 """A digest of what the cached machine code is compiled from beyond this file (which
 numba's cache watches itself): the lane template and the reduction table's slots,

@@ -3,9 +3,9 @@
 Loading the kernel through numba costs about 0.3 s in every process (``import
 numba``, its typing and lowering registries, the cache lookup), for machine code
 of a few hundred kB. So numba compiles the kernel once as a C function of
-pointers (:func:`wxstats.core._kernels_numba.entry`, one per dtype of the
+pointers (:func:`wxstats.core.kernel.compiled.entry`, one per dtype of the
 values; its entry renamed :data:`SYMBOL`), its object code is stored in
-:func:`wxstats.core.kernel_cache.store_dir`, named by everything it was
+:func:`wxstats.core.kernel.cache.store_dir`, named by everything it was
 compiled from (the kernel's sources, numba, llvmlite, Python, the CPU and
 numba's settings for it), and later processes link it with llvmlite alone
 (~30 ms) and call it through ctypes, which releases the GIL as numba's
@@ -65,9 +65,9 @@ from typing import Any
 import numpy as np
 
 from wxstats.core import private_files
-from wxstats.core.elf import undefined_symbols
-from wxstats.core.kernel_cache import not_cached, store_dir
-from wxstats.core.kernel_sources import sources_digest
+from wxstats.core.kernel.cache import not_cached, store_dir
+from wxstats.core.kernel.elf import undefined_symbols
+from wxstats.core.kernel.sources import sources_digest
 from wxstats.core.untrusted import parse_json
 
 _N_ARGS = 14
@@ -121,14 +121,14 @@ def extremes_dtype(dtype: np.dtype) -> np.dtype:
 
 def scratch_sizes(lanes: int, n_c: int, chunk: int, weighted: bool) -> tuple[int, int]:
     """Sizes of the kernel's float64 and int64 scratch (its layout is in
-    :func:`wxstats.core._kernels_numba.kernel`): the machine code allocates
+    :func:`wxstats.core.kernel.compiled.kernel`): the machine code allocates
     nothing, so it needs none of numba's runtime."""
     return 7 * lanes + 5 * n_c + (chunk * n_c if weighted else 0), 3 * lanes
 
 
 def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
            totals_int, before_numba: Callable[[], None] | None = None) -> None:  # fmt: skip
-    """:func:`wxstats.core._kernels_numba.kernel` on these arrays, by its machine
+    """:func:`wxstats.core.kernel.compiled.kernel` on these arrays, by its machine
     code (loaded once per dtype); ``before_numba`` runs before numba is imported,
     if it must be (to compile, or where the object cannot be linked)."""
     function = _FUNCTIONS.get(a.dtype.str) or _function(a.dtype, before_numba)
@@ -225,13 +225,13 @@ def _numba_kernel(before_numba: Callable[[], None] | None) -> Callable[..., None
 
 
 def _import_numba(before_numba: Callable[[], None] | None) -> Any:
-    """:mod:`wxstats.core._kernels_numba`, ``before_numba`` run first if this is
+    """:mod:`wxstats.core.kernel.compiled`, ``before_numba`` run first if this is
     the process's first import of numba."""
     if before_numba is not None and "numba" not in sys.modules:
         before_numba()
-    from wxstats.core import _kernels_numba
+    from wxstats.core.kernel import compiled
 
-    return _kernels_numba
+    return compiled
 
 
 def stored() -> dict[str, Any]:
