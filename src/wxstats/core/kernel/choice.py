@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wxstats.core.kernel.record import KernelArgs
 
 SMALL_BLOCK_BYTES = 256 * 2**10
 """Blocks up to this size may be summed by the numpy twin of the kernel
@@ -48,23 +51,23 @@ def _use_twin(nbytes: int) -> bool:
     return nbytes <= SMALL_BLOCK_BYTES and _twin_spent < TWIN_SECONDS and not _loaded
 
 
-def run_kernel(nbytes: int, *args: Any) -> None:
-    """The kernel on ``args``: the numpy twin or the compiled one (see
+def run_kernel(nbytes: int, args: KernelArgs) -> None:
+    """The kernel on the record ``args``: the numpy twin or the compiled one (see
     :data:`TWIN_SECONDS`); the twin's time is added up for the next choice."""
     global _twin_spent
     if _use_twin(nbytes):
         from wxstats.core.kernel.twin import kernel
 
         started = time.thread_time()  # its own CPU time: not the GIL waits of a busy process
-        kernel(*args)
+        kernel(args)
         _twin_spent += time.thread_time() - started  # a heuristic: races are harmless
         return
-    _compiled()(*args)
+    _compiled()(args)
 
 
-def _compiled() -> Callable[..., None]:
+def _compiled() -> Callable[[KernelArgs], None]:
     global _loaded
     from wxstats.core.kernel.stored import kernel
 
     _loaded = True
-    return lambda *args: kernel(*args, before_numba=BEFORE_NUMBA)
+    return lambda args: kernel(args, before_numba=BEFORE_NUMBA)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-KERNEL_SOURCES = ("kernel/compiled.py", "kernel/lanes.py", "reduction.py")
+KERNEL_SOURCES = ("kernel/compiled.py", "kernel/lanes.py", "kernel/record.py", "reduction.py")
 """The files under ``wxstats/core`` (:data:`CORE`) the machine code is compiled from (beside numba
 and the CPU)."""
 
