@@ -64,23 +64,29 @@ SCRATCH = ("fs", "ints", "xs")
 :func:`wxstats.core.kernel.stored.scratch_sizes`)."""
 
 
+_N_ARRAYS = len(INPUTS + OUTPUTS)  # the record's arrays come first, then its sizes
+_DTYPES = tuple(None if f.dtype is None else np.dtype(f.dtype) for f in INPUTS + OUTPUTS)
+_NDIMS = tuple(f.ndim for f in INPUTS + OUTPUTS)
+
+
 def check(args: KernelArgs) -> None:
     """ValueError unless every array of ``args`` has its declared dtype, rank and
     C order (the compiled entry reads raw pointers)."""
-    for f in INPUTS + OUTPUTS:
-        x = getattr(args, f.name)
-        want = args.values.dtype if f.dtype is None else np.dtype(f.dtype)
-        if x.dtype != want or x.ndim != f.ndim or not x.flags.c_contiguous:
-            raise ValueError(f"kernel argument {f.name} of {x.dtype} {x.shape}: not C {want}")
+    values = args.values.dtype
+    for i, x in enumerate(args[:_N_ARRAYS]):
+        want = _DTYPES[i] or values
+        if x.dtype != want or x.ndim != _NDIMS[i] or not x.flags.c_contiguous:
+            name = FIELDS[i].name
+            raise ValueError(f"kernel argument {name} of {x.dtype} {x.shape}: not C {want}")
 
 
 def c_layout(args: KernelArgs, scratch: tuple[np.ndarray, ...]) -> tuple[list, np.ndarray]:
     """The C entry's arguments: the arrays of the record in declaration order, then
     the scratch (:data:`SCRATCH`; their pointers), and ``dims``: each array's shape
     in that order, the sizes, then the scratch's lengths."""
-    arrays = [getattr(args, f.name) for f in INPUTS + OUTPUTS] + list(scratch)
-    dims = [d for x in arrays[: len(INPUTS + OUTPUTS)] for d in x.shape]
-    dims += [int(getattr(args, f.name)) for f in SIZES] + [x.shape[0] for x in scratch]
+    arrays = [*args[:_N_ARRAYS], *scratch]
+    dims = [d for x in args[:_N_ARRAYS] for d in x.shape]
+    dims += [*args[_N_ARRAYS:], *(x.shape[0] for x in scratch)]
     return arrays, np.array(dims, dtype=np.int64)
 
 
