@@ -3,7 +3,7 @@
 A user found ``--block-mb 2`` 15x slower than ``--block-mb 3`` on a 164 MB
 zarr store of ten variables (its 245 kB blocks went to the numpy twin of the
 kernel, whose lane loop runs in Python); the twin is now rented only up to the
-price of loading the compiled kernel (``core/kernel_choice.py``). This writes
+price of loading the compiled kernel (``core/kernel/choice.py``). This writes
 such a store (ten surface variables, one time step per chunk, zarr's default
 compression; ``--mb`` of float32 on a ``--grid``) and times ``wxstats compute
 --diff-steps 1 --block-mb B`` as a fresh process for each ``--block-mb``, in

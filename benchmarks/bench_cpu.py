@@ -42,7 +42,7 @@ def cpu() -> float:
 
 def instrument() -> dict[str, float]:
     """Wrap the stages (see module docstring); returns their CPU-second totals."""
-    from wxstats.core import combine, kernels
+    from wxstats.core import combine, kernel
     from wxstats.storage import chunks
 
     totals = dict.fromkeys(STAGES, 0.0)
@@ -78,7 +78,7 @@ def instrument() -> dict[str, float]:
                 totals["copy"] += spent
 
     chunks.ChunkReader._fill = fill_less_decode
-    kernels.run_kernel = timed("kernel", kernels.run_kernel)
+    kernel.run_kernel = timed("kernel", kernel.run_kernel)
     combine.unit_raw_sums = timed("exact sums", combine.unit_raw_sums)
     return totals
 

@@ -1,7 +1,7 @@
 """The compiled kernel alone against a float32 sum of the same block, same run.
 
 A MEPS-shaped block (20 steps, 238 x 268 grid, 18 channels, float32, 92 MB)
-summed by :func:`wxstats.core.kernels.block_sums` with no difference step, one
+summed by :func:`wxstats.core.kernel.block_sums` with no difference step, one
 and two, each against ``numpy``'s float32 ``sum`` of the block (a memory-speed
 reference). Best of ``--repeat``; one thread.
 
@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from wxstats.core import kernels  # noqa: E402
+from wxstats.core.kernel import Block, block_sums  # noqa: E402
 
 
 def best(fn, repeat: int) -> float:
@@ -48,10 +48,10 @@ def main() -> None:
     print(f"block {a.nbytes / 1e6:.0f} MB; float32 numpy sum {reference * 1e3:.1f} ms "
           f"({a.nbytes / reference / 1e9:.2f} GB/s)")  # fmt: skip
     for lags in ((), (1,), (1, 2)):
-        block = kernels.Block(a, channels, (0, args.steps), {k: (k, args.steps) for k in lags})
+        block = Block(a, channels, (0, args.steps), {k: (k, args.steps) for k in lags})
 
         def kernel(block=block, lags=lags) -> None:
-            kernels.block_sums(block)  # each step's own reference derived, as in a run
+            block_sums(block)  # each step's own reference derived, as in a run
 
         seconds = best(kernel, args.repeat)
         print(

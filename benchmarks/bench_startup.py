@@ -11,7 +11,7 @@ xarray"`` (the least any xarray-based tool pays) in the same rounds:
   before the first read would show here), and the tiny neural-lam MEPS
   datastore of ``wxstats example`` (which writes the ``.pt`` files);
 - the compiled kernel's load (its machine code stored by an earlier run,
-  :mod:`wxstats.core.kernel_object`; before that, numba's warm on-disk cache): in
+  :mod:`wxstats.core.kernel.stored`; before that, numba's warm on-disk cache): in
   one process, after a run with the numpy twin, the first ``wxstats.compute`` of
   the tiny MEPS datastore with the compiled kernel minus the second.
 
@@ -49,11 +49,11 @@ BASELINE = "import numpy, xarray"
 KERNEL_LOAD = """
 import sys, time, wxstats
 from wxstats.cli import process
-from wxstats.core import kernel_choice
+from wxstats.core.kernel import choice
 process.tune_for_one_command()  # as the command does (numba without its BLAS probe)
-kernel_choice.KERNEL = "numpy"  # every one-time cost but the compiled kernel's
+choice.KERNEL = "numpy"  # every one-time cost but the compiled kernel's
 wxstats.compute(sys.argv[1], threads=1)
-kernel_choice.KERNEL = "numba"
+choice.KERNEL = "numba"
 started = time.perf_counter()
 wxstats.compute(sys.argv[1], threads=1)
 first = time.perf_counter() - started

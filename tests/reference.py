@@ -74,7 +74,7 @@ def assert_close(actual, expected, rtol: float = 1e-10, what: str = "") -> None:
 def fixed(block, shift, scale, dshift, dscale):
     """One shift and scale per feature (and per lag) for every step of ``block``:
     the kernel's sums are then comparable with numpy's over the whole block."""
-    from wxstats.core.kernels import StepReferences
+    from wxstats.core.kernel import StepReferences
 
     n_t = block.array.shape[0]
 
@@ -90,10 +90,10 @@ def fixed(block, shift, scale, dshift, dscale):
 
 
 def block_sums_numpy(block, refs):
-    """The definitions :func:`wxstats.core.kernels.block_sums` computes, in plain
+    """The definitions :func:`wxstats.core.kernel.block_sums` computes, in plain
     float64 numpy over the whole block (any order: close, not the same bits), with
     the references ``refs``: the kernel's sums are checked against these."""
-    from wxstats.core.kernels import BlockSums
+    from wxstats.core.kernel import BlockSums
 
     lags = sorted(block.diff_ranges)
     a = np.asarray(block.array)[:, :, block.channels].astype(np.float64)

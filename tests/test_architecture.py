@@ -290,7 +290,7 @@ def test_the_knowledge_checker_sees_planted_imports(tmp_path):
 PROCESS_MODULES = {"gc", "ctypes", "resource", "signal"}
 """Modules whose use tunes or steers the whole process (the collector, glibc's
 mallopt, limits, signal handlers): the command's business (``cli/process.py``)."""
-CALLS_NATIVE_CODE = {"wxstats.core.kernel_object": {"ctypes"}}
+CALLS_NATIVE_CODE = {"wxstats.core.kernel.stored": {"ctypes"}}
 """Where core may use ctypes: to call the kernel's machine code and find the C
 symbols it needs (the process-setting calls below stay forbidden there too)."""
 PROCESS_CALLS = {"freeze", "set_threshold", "mallopt", "putenv", "unsetenv"}
@@ -339,7 +339,7 @@ def test_core_sets_nothing_process_wide_and_the_engine_leaves_numbers_to_core():
     """Core is pure computation (its package docstring says so): no module of it
     pauses the collector, calls mallopt, handles signals or edits ``sys.modules``
     or ``os.environ``; such settings are the command's, offered to core as hooks
-    (``kernel_choice.BEFORE_NUMBA``). ``runtime/engine.py`` orchestrates: it
+    (``choice.BEFORE_NUMBA``). ``runtime/engine.py`` orchestrates: it
     imports numpy for type hints only and defines none of core's numerics."""
     wrong = []
     for module, path in MODULES.items():

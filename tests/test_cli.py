@@ -245,10 +245,10 @@ def test_the_command_skips_numbas_blas_probe_and_leaves_scipy_usable(tmp_path):
     script = f"""
 import os, sys, numpy as np
 from wxstats.cli import process
-from wxstats.core import kernels
+from wxstats.core import kernel
 process.tune_for_one_command()  # what the command's process takes (wxstats.cli.console)
 a = np.ones((2, 40000, 4), np.float32)
-kernels.block_sums(kernels.Block(a, np.arange(4), (0, 2)))
+kernel.block_sums(kernel.Block(a, np.arange(4), (0, 2)))
 print("probe imported:", os.path.exists({str(marker)!r}))
 try:
     import scipy.linalg.cython_blas

@@ -111,7 +111,7 @@ def test_pack_unpack_round_trip():
 
 
 def _block(rows1, rows2, diff1=None, diff2=None):
-    from wxstats.core.kernels import BlockSums, StepReferences
+    from wxstats.core.kernel import BlockSums, StepReferences
 
     n_t, n_f = rows1.shape
     lags = [] if diff1 is None else [1]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from reference import assert_close
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.streams import StreamSpec
 from wxstats.runtime.engine import accumulate, empty_accumulator
 from wxstats.runtime.run import partition

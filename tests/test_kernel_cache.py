@@ -1,8 +1,8 @@
 """Neither cache of the kernel can serve machine code compiled from another
 reduction table or lane template (the table's slots are compile-time constants):
 a stale cache would put sums in the wrong slots, so wrong numbers. numba's
-cache watches only ``_kernels_numba.py``'s stamp (hence its guard,
-``refresh_stale_cache``); the stored objects of :mod:`wxstats.core.kernel_object`
+cache watches only ``kernel/compiled.py``'s stamp (hence its guard,
+``refresh_stale_cache``); the stored objects of :mod:`wxstats.core.kernel.stored`
 are named by a digest of every source."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import wxstats
 
 _SCRIPT = """
 import hashlib, numpy as np
-import wxstats.core.kernel_choice as choice
-import wxstats.core.kernels as kernels
+import wxstats.core.kernel.choice as choice
+import wxstats.core.kernel as kernels
 assert kernels.__file__.startswith({root!r}), kernels.__file__
 out = []
 for kernel in ("numba", "numpy"):
@@ -52,8 +52,8 @@ def test_a_changed_reduction_table_is_not_served_from_a_stale_cache(tmp_path):
     assert same_as_twin() == "True"
     table = root / "wxstats" / "core" / "reduction.py"
     text = table.read_text()
-    sum1 = '    Quantity("sum1", np.float64, 0.0, "sum", per_step=True),\n'
-    sum2 = '    Quantity("sum2", np.float64, 0.0, "sum", per_step=True),\n'
+    sum1 = '    Quantity("sum1", np.float64, 0.0, "sum", per_step=True, power=1),\n'
+    sum2 = '    Quantity("sum2", np.float64, 0.0, "sum", per_step=True, power=2),\n'
     assert sum1 + sum2 in text
     table.write_text(text.replace(sum1 + sum2, sum2 + sum1))
     assert any((tmp_path / "cache").rglob("*.nbi")), "the first run left no cache"

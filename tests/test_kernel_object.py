@@ -1,5 +1,5 @@
 """The kernel's machine code, stored once and linked without numba
-(wxstats.core.kernel_object): a later process sums with it without importing
+(wxstats.core.kernel.stored): a later process sums with it without importing
 numba, and gets the numpy twin's bits (an independent implementation, itself
 checked against the float64 reference in tests/test_kernels_numpy.py); a damaged
 or unwritable store costs time, never a wrong number."""
@@ -19,8 +19,8 @@ import wxstats
 
 _SCRIPT = """
 import hashlib, json, sys, numpy as np
-import wxstats.core.kernel_choice as choice
-from wxstats.core.kernels import Block, block_sums
+import wxstats.core.kernel.choice as choice
+from wxstats.core.kernel import Block, block_sums
 
 def digest(s):
     parts = [s.step_sum1, s.step_sum2, s.step_count, s.minimum, s.maximum, s.nan_count]
@@ -115,20 +115,20 @@ def test_the_stored_name_carries_the_cpu_and_numbas_settings(monkeypatch):
     """Nodes of other CPUs sharing a home folder keep their own objects."""
     import numpy as np
 
-    from wxstats.core import kernel_object
+    from wxstats.core.kernel import stored
 
-    plain = kernel_object._key(np.dtype(np.float32))
+    plain = stored._key(np.dtype(np.float32))
     monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
-    assert kernel_object._key(np.dtype(np.float32)) != plain
+    assert stored._key(np.dtype(np.float32)) != plain
     monkeypatch.delenv("NUMBA_CPU_NAME")
-    assert kernel_object._key(np.dtype(np.float32)) == plain
-    assert kernel_object._key(np.dtype(np.float64)) != plain
+    assert stored._key(np.dtype(np.float32)) == plain
+    assert stored._key(np.dtype(np.float64)) != plain
 
 
 def test_the_symbols_an_object_needs_are_read_as_nm_reads_them(tmp_path):
     """The loader refuses an object whose symbols this process lacks (LLVM would
     abort the process instead): its ELF reader agrees with binutils' ``nm -u``."""
-    from wxstats.core import elf
+    from wxstats.core.kernel import elf
 
     cache = tmp_path / "kernels"
     _run(cache)
@@ -156,20 +156,19 @@ def test_where_no_object_can_be_linked_numbas_kernel_gives_the_same_bits(monkeyp
     function, from numba's cache, on the same arrays: the twin's bits."""
     import numpy as np
 
-    import wxstats.core.kernel_choice as choice
-    from wxstats.core import kernel_object
-    from wxstats.core.kernels import Block, block_sums
+    import wxstats.core.kernel.choice as choice
+    from wxstats.core.kernel import Block, block_sums, stored
 
     rng = np.random.default_rng(2)
     a = rng.normal(5.0, 2.0, (4, 300, 3)).astype(np.float32)
     a[1, 7, 2] = np.inf
     block = Block(a, np.arange(3), (0, 4), {1: (1, 4)}, weights=rng.uniform(0.5, 1.0, 300))
-    monkeypatch.setattr(kernel_object, "_FUNCTIONS", {})
-    monkeypatch.setattr(kernel_object.sys, "platform", "darwin")
-    monkeypatch.setattr(kernel_object, "_link", lambda blob: pytest.fail("linked on darwin"))
+    monkeypatch.setattr(stored, "_FUNCTIONS", {})
+    monkeypatch.setattr(stored.sys, "platform", "darwin")
+    monkeypatch.setattr(stored, "_link", lambda blob: pytest.fail("linked on darwin"))
     monkeypatch.setattr(choice, "KERNEL", "numba")
     compiled = block_sums(block)
-    assert kernel_object._FUNCTIONS["<f4"].__name__ == "call"  # numba's, not a linked object
+    assert stored._FUNCTIONS["<f4"].__name__ == "call"  # numba's, not a linked object
     monkeypatch.setattr(choice, "KERNEL", "numpy")
     twin = block_sums(block)
     for name in ("step_sum1", "step_sum2", "step_weight", "minimum", "maximum", "inf_count"):

@@ -1,5 +1,5 @@
 """Caches of the compiled kernel are code: each is read only where no one else
-can write it (:mod:`wxstats.core.private_files`, :mod:`wxstats.core.kernel_cache`).
+can write it (:mod:`wxstats.core.private_files`, :mod:`wxstats.core.kernel.cache`).
 
 A store or numba cache folder of another user, or one its group or anyone can
 write, is refused in one warning line and numba's kernel is used instead (from
@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import wxstats
-from wxstats.core import kernel_object, private_files
+from wxstats.core import private_files
+from wxstats.core.kernel import stored
 
 pytestmark = pytest.mark.slow  # starts processes that load (or compile) the kernel
 
@@ -33,8 +34,8 @@ OTHER = 65534  # nobody / nogroup: another user, a group shared with others
 _CHILD = """
 import hashlib, json, sys, warnings, numpy as np
 warnings.showwarning = lambda message, *rest: print("WARNING", message, file=sys.stderr)
-import wxstats.core.kernel_choice as choice
-from wxstats.core.kernels import Block, block_sums
+import wxstats.core.kernel.choice as choice
+from wxstats.core.kernel import Block, block_sums
 
 def digest(s):
     parts = [s.step_sum1, s.step_sum2, s.step_count, s.minimum, s.maximum, s.nan_count,
@@ -73,7 +74,7 @@ def _planted_object(work: Path) -> bytes:
     source = work / "planted.c"
     source.write_text(
         "#include <stdlib.h>\n"
-        f'void {kernel_object.SYMBOL}(void) {{ system("touch MARKER"); }}\n'
+        f'void {stored.SYMBOL}(void) {{ system("touch MARKER"); }}\n'
         'void evil(void) { system("touch MARKER"); }\n'
     )
     subprocess.run([cc, "-c", "-fPIC", "-O1", str(source), "-o", str(work / "planted.o")],
@@ -106,7 +107,7 @@ def test_a_planted_object_in_a_store_others_can_write_is_never_linked(tmp_path, 
     refused in one warning line, nothing runs, and the numbers are the twin's."""
     store = tmp_path / "store"
     store.mkdir()
-    planted = store / kernel_object._name(np.dtype(np.float32))
+    planted = store / stored._name(np.dtype(np.float32))
     planted.write_bytes(_planted_object(tmp_path))
     os.chown(planted, OTHER, OTHER)
     _shared(store, how)
@@ -127,19 +128,19 @@ def test_a_planted_pickle_in_a_shared_numba_cache_is_never_loaded(tmp_path, root
     refused too (one line for both)."""
     from numba.core.caching import UserProvidedCacheLocator
 
-    from wxstats.core import _kernels_numba
+    from wxstats.core.kernel import compiled
 
     shared = tmp_path / "numba-cache"
     marker = tmp_path / "MARKER"
-    py_file = _kernels_numba.__file__
+    py_file = compiled.__file__
     folder = shared / UserProvidedCacheLocator.get_suitable_cache_subpath(py_file)
     folder.mkdir(parents=True)
     payload = b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."  # pickle: os.system
     version = f"py{sys.version_info.major}{sys.version_info.minor}"
     functions = ("fold", "fold_extremes", "_reset", "kernel", "compiled_from")
     for name in functions:
-        line = getattr(_kernels_numba, name).py_func.__code__.co_firstlineno
-        (folder / f"_kernels_numba.{name}-{line}.{version}.nbi").write_bytes(payload)
+        line = getattr(compiled, name).py_func.__code__.co_firstlineno
+        (folder / f"compiled.{name}-{line}.{version}.nbi").write_bytes(payload)
     for path in (shared, folder):
         _shared(path, "group-writable")
     result, warned = _child({"NUMBA_CACHE_DIR": str(shared)}, cwd=tmp_path)
@@ -209,16 +210,16 @@ def test_a_numba_outside_the_checked_releases_uses_numbas_kernel(tmp_path, monke
     is left alone (nothing stored, nothing linked) and numba's kernel gives the
     twin's bits. The installed numba is one it was checked with: when this fails
     after an upgrade, run this file on the new numba and widen NUMBA_CHECKED."""
-    import wxstats.core.kernel_choice as choice
-    from wxstats.core.kernels import Block, block_sums
+    import wxstats.core.kernel.choice as choice
+    from wxstats.core.kernel import Block, block_sums
 
-    assert kernel_object.supported_numba(), (
-        f"numba {kernel_object._numba_release()[1]} is outside {kernel_object.NUMBA_CHECKED}"
+    assert stored.supported_numba(), (
+        f"numba {stored._numba_release()[1]} is outside {stored.NUMBA_CHECKED}"
     )
     monkeypatch.setenv("WXSTATS_KERNEL_CACHE", str(tmp_path / "store"))
-    monkeypatch.setattr(kernel_object, "NUMBA_CHECKED", ((0, 1), (0, 2)))
-    monkeypatch.setattr(kernel_object, "_FUNCTIONS", {})
-    monkeypatch.setattr(kernel_object, "_link", lambda blob: pytest.fail("linked"))
+    monkeypatch.setattr(stored, "NUMBA_CHECKED", ((0, 1), (0, 2)))
+    monkeypatch.setattr(stored, "_FUNCTIONS", {})
+    monkeypatch.setattr(stored, "_link", lambda blob: pytest.fail("linked"))
     rng = np.random.default_rng(4)
     block = Block(rng.normal(0.0, 3.0, (4, 500, 2)), np.arange(2), (0, 4), {1: (1, 4)})
     monkeypatch.setattr(choice, "KERNEL", "numba")
@@ -246,7 +247,7 @@ def test_a_read_only_installation_and_home_compute_without_a_cache(tmp_path):
     refused too) and nothing says where to cache. ``wxstats example`` computes
     with a kernel compiled in the process (at most one warning line) and writes
     the twin's numbers."""
-    import wxstats.core.kernel_choice as choice
+    import wxstats.core.kernel.choice as choice
     from wxstats.cli import main
 
     home, work = tmp_path / "home", tmp_path / "work"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from reference import block_sums_numpy, fixed
-from wxstats.core.kernels import (
+from wxstats.core.kernel import (
     GRID_CHUNK,
     Block,
     block_sums,
@@ -16,7 +16,7 @@ from wxstats.core.kernels import (
 def implementation(request, monkeypatch):
     """Every test of this module runs on the compiled kernel and on its numpy twin
     (the small-block path), whatever the size of its blocks."""
-    import wxstats.core.kernel_choice as choice
+    import wxstats.core.kernel.choice as choice
 
     monkeypatch.setattr(choice, "KERNEL", request.param)
     return request.param
@@ -293,8 +293,8 @@ def test_group_codes_give_each_group_its_own_totals():
 
 _DIGEST_SCRIPT = """
 import hashlib, numpy as np
-import wxstats.core.kernel_choice as choice
-import wxstats.core.kernels as kernels
+import wxstats.core.kernel.choice as choice
+import wxstats.core.kernel as kernels
 choice.KERNEL = {kernel!r}
 rng = np.random.default_rng(1)
 a = (rng.normal(0, 1, (6, 700, 5)) * np.exp2(rng.uniform(-120, 120, (6, 700, 5))))

@@ -1,4 +1,4 @@
-"""The numpy twin of the compiled kernel (wxstats.core._kernels_numpy), which sums
+"""The numpy twin of the compiled kernel (wxstats.core.kernel.twin), which sums
 small blocks without loading numba: the very same bits as the compiled kernel on
 every path. (tests/test_kernels.py runs all its tests on both as well.)"""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import wxstats.core.kernel_choice as choice
-import wxstats.core.kernels as kernels
+import wxstats.core.kernel as kernels
+import wxstats.core.kernel.choice as choice
 from reference import fixed
-from wxstats.core.kernels import Block, block_sums, lanes_per_channel
+from wxstats.core.kernel import Block, block_sums, lanes_per_channel
 
 
 def _all_bits(p) -> bytes:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from reference import two_pass
 from wxstats.core.accumulator import RunMoments, StreamMoments
 from wxstats.core.blocks import Block, restrict
-from wxstats.core.kernels import block_sums
+from wxstats.core.kernel import block_sums
 from wxstats.core.partial import Coverage, CoverageOverlap, Partial, PartialMismatch
 
 LAGS = (1, 2)
@@ -149,7 +149,7 @@ def test_a_step_whose_sampled_points_are_all_missing_takes_its_first_finite_valu
     where the reference looks) but finite elsewhere: its reference comes from its
     own first finite value, the pieces still merge to the whole, and the result
     is the float64 reference's."""
-    from wxstats.core.kernels import step_references
+    from wxstats.core.kernel import step_references
     from wxstats.core.unit_reference import sample_positions
 
     rng = np.random.default_rng(11)

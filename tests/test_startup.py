@@ -1,7 +1,7 @@
 """What a command imports, not how long it takes (``benchmarks/bench_startup.py``
 times it): torch costs seconds and numba a third of one, so each is imported
 only where it is needed (the compiled kernel is linked by llvmlite alone once
-its machine code is stored, :mod:`wxstats.core.kernel_object`). Each command
+its machine code is stored, :mod:`wxstats.core.kernel.stored`). Each command
 runs as ``python -m wxstats`` does (its own process, :func:`wxstats.cli.console`),
 and reports the modules loaded when the interpreter ends, after every thread of
 the run has finished."""
@@ -64,7 +64,7 @@ def test_a_tiny_zarr_run_imports_neither_torch_nor_numba(tiny_zarr, tmp_path):
     out = tmp_path / "stats.nc"
     modules = loaded("compute", str(tiny_zarr), "--quiet", "--output", str(out))
     assert out.is_file()
-    # its blocks are summed by the numpy twin of the kernel (core/kernel_choice.py)
+    # its blocks are summed by the numpy twin of the kernel (core/kernel/choice.py)
     assert not {"torch", "numba", "llvmlite"} & modules
     assert {"xarray", "zarr", "netCDF4"} <= modules  # the watch itself works
 

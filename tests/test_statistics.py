@@ -11,12 +11,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import wxstats.core.kernel_choice as choice
+import wxstats.core.kernel.choice as choice
 from wxstats.core import finalize, reduction
 from wxstats.core.accumulator import StreamMoments
 from wxstats.core.blocks import Block
 from wxstats.core.combine import Moments
-from wxstats.core.kernels import block_sums
+from wxstats.core.kernel import block_sums
 
 
 def _central(v: np.ndarray, p: int) -> np.ndarray:

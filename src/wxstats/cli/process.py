@@ -3,7 +3,7 @@ caller's: memory reuse, the garbage collector during start-up, numba loaded
 without its BLAS probe. They are process-wide, so the command (:func:`wxstats.cli.console`)
 sets them; the computation below the CLI only offers the hooks
 (:func:`wxstats.runtime.run.execute`'s ``after_start_up``,
-:data:`wxstats.core.kernel_choice.BEFORE_NUMBA`).
+:data:`wxstats.core.kernel.choice.BEFORE_NUMBA`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def tune_for_one_command() -> None:
     - numba loads without its BLAS probe (:func:`numba_without_blas`).
     """
     global _paused_gc
-    from wxstats.core import kernel_choice
+    from wxstats.core.kernel import choice
 
-    kernel_choice.BEFORE_NUMBA = numba_without_blas
+    choice.BEFORE_NUMBA = numba_without_blas
     if sys.platform.startswith("linux"):
         try:
             mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
@@ -70,7 +70,7 @@ def numba_without_blas() -> None:
     first load they import ``scipy.linalg`` to find a BLAS (0.15-0.3 s of every
     run); the kernels use none. Only numba's own ``np.dot`` and friends in the
     same process would notice; ``scipy.linalg`` itself still imports afterwards.
-    The kernel's loader calls it (:data:`wxstats.core.kernel_choice.BEFORE_NUMBA`,
+    The kernel's loader calls it (:data:`wxstats.core.kernel.choice.BEFORE_NUMBA`,
     set by :func:`tune_for_one_command`)."""
     if "numba.np.arraymath" in sys.modules or _BLAS_PROBE in sys.modules:
         return

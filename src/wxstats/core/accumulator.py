@@ -21,7 +21,7 @@ from wxstats.core import reduction
 from wxstats.core.cellsums import cell_means
 from wxstats.core.combine import Moments, NonFiniteSums
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import BlockSums
+from wxstats.core.kernel import BlockSums
 from wxstats.core.stats import DiffStats, Stats, StreamStats
 from wxstats.core.streams import StreamSpec
 

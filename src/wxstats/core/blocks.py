@@ -7,7 +7,7 @@ Its operations cut it by time steps without changing a bit, because every time
 step is a summation unit of its own (:mod:`wxstats.core.unit_reference`):
 :meth:`Block.within` one range of rows, :func:`restrict` several (the steps a
 checkpoint lacks), :func:`group_runs` a climatology's runs of one group (for the
-per-grid-point sums: the kernel, :mod:`wxstats.core.kernels`, takes the groups
+per-grid-point sums: the kernel, :mod:`wxstats.core.kernel`, takes the groups
 itself).
 """
 

@@ -3,7 +3,7 @@
 Each :class:`Quantity` is one number per feature (and, for a per-step one, per
 time step: the summation unit) with its dtype, its identity (what an empty
 block holds) and how two of them merge. This table drives the allocation of a
-block's sums (:class:`wxstats.core.kernels.BlockSums`), the kernel's output
+block's sums (:class:`wxstats.core.kernel.BlockSums`), the kernel's output
 arrays (:func:`kernel_arrays`, :func:`slot`: the compiled kernel and its numpy
 twin index them by these slots) and the exact moments' fields and packing
 (:class:`wxstats.core.combine.Moments`). Adding a quantity is one row here plus
@@ -13,9 +13,9 @@ the kernel's sources, and a statistic changes no machine code).
 
 The compiled kernel freezes the slots (:func:`slot`) at compile time: its
 stored machine code is named by a digest of this file
-(:mod:`wxstats.core.kernel_object`), and numba's cache, which watches only the
+(:mod:`wxstats.core.kernel.stored`), and numba's cache, which watches only the
 kernel's own file, is dropped when compiled from another table
-(:func:`wxstats.core._kernels_numba.refresh_stale_cache`).
+(:func:`wxstats.core.kernel.compiled.refresh_stale_cache`).
 
 A block's sums come in *parts*: part 0 is the values, part ``1 + i`` the
 differences of the ``i``-th lag (sorted); a quantity with ``diffs=False`` is

@@ -22,7 +22,7 @@ from wxstats.core.blocks import Block, group_runs, restrict
 from wxstats.core.cellsums import CellRangeError, add_block
 from wxstats.core.combine import NonFiniteSums
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import BlockSums, block_sums
+from wxstats.core.kernel import BlockSums, block_sums
 from wxstats.core.streams import StreamSpec
 from wxstats.sources.base import Source
 

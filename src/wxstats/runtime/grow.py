@@ -26,7 +26,7 @@ import numpy as np
 from wxstats.core.accumulator import RunMoments
 from wxstats.core.conventions import stream_name
 from wxstats.core.errors import WxstatsError
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.partial import Coverage, Edges, Partial
 from wxstats.core.stats import Stats
 from wxstats.io.atomic import Writer

@@ -31,7 +31,7 @@ import numpy as np
 
 from wxstats.core.conventions import span_name, span_seconds
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import Capabilities, SampleSteps, parse_period
 from wxstats.sources.kinds import Selection, SourceKind

@@ -1,7 +1,7 @@
 """What every source provides: an ordered list of samples and how to read one.
 
 Sources know nothing of ranks, accumulators or output files: they list
-samples, read one into :class:`~wxstats.core.kernels.Block` views (one per
+samples, read one into :class:`~wxstats.core.kernel.Block` views (one per
 stream, declared by a :class:`~wxstats.core.streams.StreamSpec` with its
 layout), and describe a sample for error messages. What a kind of data
 supports beyond that, runtime and tools learn from its :class:`Capabilities`
@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, cast
 import numpy as np
 
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.streams import StreamSpec
 
 

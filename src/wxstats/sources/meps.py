@@ -27,7 +27,7 @@ import numpy as np
 
 from wxstats.core.conventions import MEPS_FLUX, levels_of
 from wxstats.core.errors import InputError
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.core.untrusted import load_yaml
 from wxstats.sources.base import Capabilities, SampleSteps, parse_period

@@ -81,12 +81,12 @@ def report() -> dict[str, Any]:
 
 
 def _kernel() -> dict[str, Any]:
-    from wxstats.core import kernel_cache, kernel_object
+    from wxstats.core.kernel import cache, stored
 
     try:
-        return kernel_object.stored()
+        return stored.stored()
     except Exception as exc:  # noqa: BLE001 - a broken install is what we report
-        return {"folder": str(kernel_cache.store_dir()), "error": f"{type(exc).__name__}: {exc}"}
+        return {"folder": str(cache.store_dir()), "error": f"{type(exc).__name__}: {exc}"}
 
 
 def format_report(info: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.conventions import stream_name
-from wxstats.core.kernels import Block
+from wxstats.core.kernel import Block
 from wxstats.core.times import fmt_time
 from wxstats.sources.base import Capabilities, SampleSteps
 from wxstats.sources.kinds import Selection, SourceKind

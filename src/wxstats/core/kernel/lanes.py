@@ -1,7 +1,7 @@
 """The inner loop of the compiled kernel (numba): one chunk of one time step.
 
 :func:`lane_sums` adds a chunk's values (or differences) into lanes (see the
-:mod:`wxstats.core.kernels` docstring). It is one template, specialized at
+:mod:`wxstats.core.kernel` docstring). It is one template, specialized at
 compile time for the values or the differences, for the fast path (as if every
 value were finite) or the checked one (NaN/Inf skipped: a skipped value adds
 ``0.0``, which changes no lane sum, so both paths give the same bits), and for
@@ -9,7 +9,7 @@ weighted sums (``--weights``) or not, and for the third and fourth powers
 (``--moments 4``) or not: the flags are literal constants of the caller, so
 each of the sixteen loops is compiled with its dead branches removed
 (the fast unweighted one is the plain sum it was written as before). Kept
-apart from :mod:`wxstats.core._kernels_numba`, which walks the chunks and steps.
+apart from :mod:`wxstats.core.kernel.compiled`, which walks the chunks and steps.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
 
-from wxstats.core.kernel_cache import numba_may_cache
+from wxstats.core.kernel.cache import numba_may_cache
 
 # numba's cache only where no one else can write it (its index files are pickles)
 _OPTS = {"nogil": True, "cache": numba_may_cache(), "error_model": "numpy"}
@@ -50,24 +50,26 @@ def scaled(raw, v, p, q, pq):
 @overload(scaled, inline="always")
 def _scaled(raw, v, p, q, pq):
     # An input of at most 32 bits (float32 and narrower, integers to 32 bits) makes
-    # v * q exact, and kernels.block_sums checks that p * q is (pq = -p * q), so one
+    # v * q exact, and block_sums checks that p * q is (pq = -p * q), so one
     # fused multiply-add gives the very bits of (v - p) * q with one operation less
-    # (see the proof at kernels.fused_scaling_is_exact); wider inputs keep the two.
+    # (see the proof at fused_scaling_is_exact); wider inputs keep the two.
     if isinstance(raw, (types.Float, types.Integer)) and raw.bitwidth <= 32:
         return lambda raw, v, p, q, pq: _fused_multiply_add(v, q, pq)
     return lambda raw, v, p, q, pq: (v - p) * q
 
 
-def lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
-              infs, diffs, checked, weighted, higher):  # fmt: skip
+def lane_sums(x, xk, wl, base, n, lanes, ref, acc, diffs, checked, weighted, higher):
     """Add the chunk ``x[base : base + n]`` (or its differences ``x - xk``) into
-    lanes ``j = i % lanes``: ``s1 += y``, ``s2 += y*y`` with ``y = (v - p) * q``
-    (weighted: ``s0 += w``, ``s1 += w*y``, ``s2 += (w*y)*y``, ``wl`` holding each
-    value's weight), the extremes ``mn``/``mx``, and when ``checked`` the finite
-    values ``cnt`` and (values) ``nans``/``infs``; when ``higher`` (``--moments
-    4``) also ``s3 += y2*y``, ``s4 += y2*y2`` (``y2 = y*y``; weighted ``z2 = z*y``,
-    ``s3 += z2*y``, ``s4 += (z2*y)*y``). ``diffs``, ``checked``, ``weighted`` and
-    ``higher`` are literal constants (see the module docstring)."""
+    the lane accumulators ``acc`` (a :data:`wxstats.core.kernel.record.Lanes`,
+    lane ``j = i % lanes``): ``sum1 += y``, ``sum2 += y*y`` with ``y = (v - p) *
+    q``, ``ref`` holding ``p``, ``q`` and ``-p*q`` per lane (weighted: ``weight +=
+    w``, ``sum1 += w*y``, ``sum2 += (w*y)*y``, ``wl`` holding each value's weight),
+    the extremes ``minimum``/``maximum``, and when ``checked`` the finite values
+    ``count`` and (values) ``nan_count``/``inf_count``; when ``higher``
+    (``--moments 4``) also ``sum3 += y2*y``, ``sum4 += y2*y2`` (``y2 = y*y``;
+    weighted ``z2 = z*y``, ``sum3 += z2*y``, ``sum4 += (z2*y)*y``). ``diffs``,
+    ``checked``, ``weighted`` and ``higher`` are literal constants (see the module
+    docstring)."""
     raise NotImplementedError("compiled only: see the overload below")
 
 
@@ -76,8 +78,7 @@ def _flag(value) -> bool | None:
 
 
 @overload(lane_sums, prefer_literal=True, jit_options=_OPTS)
-def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
-               infs, diffs, checked, weighted, higher):  # fmt: skip
+def _lane_sums(x, xk, wl, base, n, lanes, ref, acc, diffs, checked, weighted, higher):
     # The template: DIFFS, CHECKED, WEIGHTED, HIGHER are constants here, so numba prunes
     # the branches on them before typing and each specialization is compiled on its own.
     DIFFS, CHECKED, WEIGHTED = _flag(diffs), _flag(checked), _flag(weighted)
@@ -126,8 +127,11 @@ def _lane_sums(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx
             hi = e if e > hi else hi
         return t0, t1, t2, t3, t4, lo, hi
 
-    def impl(x, xk, wl, base, n, lanes, sh, iv, pq, s0, s1, s2, s3, s4, mn, mx, cnt, nans,
-             infs, diffs, checked, weighted, higher):  # fmt: skip
+    def impl(x, xk, wl, base, n, lanes, ref, acc, diffs, checked, weighted, higher):
+        sh, iv, pq = ref
+        s0, s1, s2, s3, s4 = acc.weight, acc.sum1, acc.sum2, acc.sum3, acc.sum4
+        mn, mx = acc.minimum, acc.maximum
+        cnt, nans, infs = acc.count, acc.nan_count, acc.inf_count
         # Row views (x[o:o+L]) keep indices provably non-negative, which lets LLVM
         # vectorize the lane loops (no negative-index wraparound code). Four rows at a
         # time (their sums kept in registers), then the rows left, the last one maybe

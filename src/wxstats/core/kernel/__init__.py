@@ -7,7 +7,7 @@ and, for each lag ``k``, the range of *later* times ``t`` whose pairs
 
 :func:`block_sums` runs the compiled kernel (numba, no per-element Python,
 no float64 temporaries of the sample's size), or its numpy twin for a small
-block (:mod:`wxstats.core.kernel_choice`); what it accumulates is declared in
+block (:mod:`wxstats.core.kernel.choice`); what it accumulates is declared in
 :mod:`wxstats.core.reduction`.
 
 How the kernel is fast and still exact
@@ -53,7 +53,8 @@ import numpy as np
 
 from wxstats.core import reduction, unit_reference
 from wxstats.core.blocks import Block
-from wxstats.core.kernel_choice import run_kernel
+from wxstats.core.kernel.choice import run_kernel
+from wxstats.core.kernel.record import KernelArgs
 
 GRID_CHUNK = 512
 """Grid points summed together (in lanes, see the module docstring) before
@@ -369,22 +370,19 @@ def _block_sums(block: Block, refs: StepReferences, order: int) -> BlockSums:
     scaling[0] = sh, iv, -(sh * iv)
     scaling[1:, 0], scaling[1:, 1], scaling[1:, 2] = dsh, div, -(dsh * div)
     out = reduction.kernel_arrays(n_p, n_t, n_c, n_groups, order)
-    run_kernel(
-        array.nbytes,
-        array.reshape(n_t, n_g * n_c),
-        n_c,
-        m,
-        GRID_CHUNK,
-        np.array(lags, dtype=np.int64),
-        np.array(ranges, dtype=np.int64).reshape(n_p, 2),
-        scaling,
-        weights,
-        np.maximum(by, 0),  # a row without a group (-1) is never counted
-        out["steps_float"],
-        out["steps_int"],
-        out["totals_float"],
-        out["totals_int"],
+    args = KernelArgs(
+        values=array.reshape(n_t, n_g * n_c),
+        lags=np.array(lags, dtype=np.int64),
+        ranges=np.array(ranges, dtype=np.int64).reshape(n_p, 2),
+        refs=scaling,
+        weights=weights,
+        by=np.maximum(by, 0),  # a row without a group (-1) is never counted
+        n_c=n_c,
+        m=m,
+        chunk=GRID_CHUNK,
+        **out,
     )
+    run_kernel(array.nbytes, args)
     picked = {name: values[..., channels] for name, values in out.items()}
     groups = None if block.groups is None else by
     return BlockSums(tuple(lags), picked, refs, weighted, groups)

@@ -2,24 +2,26 @@
 to be worth loading the compiled kernel.
 
 Loading the compiled kernel costs 0.03-0.05 s of a process (its stored machine
-code, :mod:`wxstats.core.kernel_object`; 0.3 s through numba, seconds where it
+code, :mod:`wxstats.core.kernel.stored`; 0.3 s through numba, seconds where it
 must first be compiled), more than summing a few kilobytes takes in numpy; a
 tiny dataset (a test, an example, a quick look) would spend most of its run on it. This module adds
-the same numbers in the same order as :mod:`wxstats.core._kernels_numba` (see
-the :mod:`wxstats.core.kernels` docstring): each lane a sequential float64 sum
+the same numbers in the same order as :mod:`wxstats.core.kernel.compiled` (see
+the :mod:`wxstats.core.kernel` docstring): each lane a sequential float64 sum
 over rows of ``m * C`` values, lanes folded into channels in lane order,
 chunks into the step in chunk order, extremes kept with the kernel's strict
 comparisons. It is the kernel's checked path throughout: a skipped value is
 an added ``0.0``, which changes no sum (a lane sum starts at ``+0.0`` and so is
 never ``-0.0``), and on finite data the fast path adds the very same values.
-Its signature is the compiled kernel's, so :func:`wxstats.core.kernels.block_sums`
-chooses by size alone; tests assert identical bits on every path.
+It takes the compiled kernel's record (:mod:`wxstats.core.kernel.record`), so
+:func:`wxstats.core.kernel.block_sums` chooses by time alone; tests assert
+identical bits on every path.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from wxstats.core.kernel.record import KernelArgs
 from wxstats.core.reduction import slot
 
 _COUNT = slot("count")[1]
@@ -86,18 +88,26 @@ def _per_channel(counts: np.ndarray, n_c: int) -> np.ndarray:
     return counts.reshape(-1, n_c).sum(axis=0)
 
 
-def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-           totals_int):  # fmt: skip
-    """:func:`wxstats.core._kernels_numba.kernel`, in numpy (see module docstring);
+def kernel(args: KernelArgs) -> None:
+    """:func:`wxstats.core.kernel.compiled.kernel`, in numpy (see module docstring);
     ``refs[:, 2]`` (the compiled kernel's fused form of the scaling) is not needed:
     ``(v - p) * q`` here gives the same bits."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: the caller's to handle
-        _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-                totals_int)  # fmt: skip
+        _kernel(args)
 
 
-def _kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-            totals_int):  # fmt: skip
+def _kernel(args: KernelArgs) -> None:
+    a, lags, ranges, refs, w, by = (
+        args.values,
+        args.lags,
+        args.ranges,
+        args.refs,
+        args.weights,
+        args.by,
+    )
+    steps_float, steps_int = args.steps_float, args.steps_int
+    totals_float, totals_int = args.totals_float, args.totals_int
+    n_c, m, chunk = args.n_c, args.m, args.chunk
     n_t = a.shape[0]
     n_g = a.shape[1] // n_c
     lanes = m * n_c

@@ -1,5 +1,5 @@
 """The symbols an ELF object file needs from elsewhere, read without binutils:
-what :mod:`wxstats.core.kernel_object` must find in this process before LLVM
+what :mod:`wxstats.core.kernel.stored` must find in this process before LLVM
 links a stored kernel (LLVM aborts the process on a missing symbol rather than
 raise). Malformed or truncated bytes are a ValueError, never another error.
 """

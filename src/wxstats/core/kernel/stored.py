@@ -3,9 +3,9 @@
 Loading the kernel through numba costs about 0.3 s in every process (``import
 numba``, its typing and lowering registries, the cache lookup), for machine code
 of a few hundred kB. So numba compiles the kernel once as a C function of
-pointers (:func:`wxstats.core._kernels_numba.entry`, one per dtype of the
+pointers (:func:`wxstats.core.kernel.compiled.entry`, one per dtype of the
 values; its entry renamed :data:`SYMBOL`), its object code is stored in
-:func:`wxstats.core.kernel_cache.store_dir`, named by everything it was
+:func:`wxstats.core.kernel.cache.store_dir`, named by everything it was
 compiled from (the kernel's sources, numba, llvmlite, Python, the CPU and
 numba's settings for it), and later processes link it with llvmlite alone
 (~30 ms) and call it through ctypes, which releases the GIL as numba's
@@ -65,12 +65,13 @@ from typing import Any
 import numpy as np
 
 from wxstats.core import private_files
-from wxstats.core.elf import undefined_symbols
-from wxstats.core.kernel_cache import not_cached, store_dir
-from wxstats.core.kernel_sources import sources_digest
+from wxstats.core.kernel import record
+from wxstats.core.kernel.cache import not_cached, store_dir
+from wxstats.core.kernel.elf import undefined_symbols
+from wxstats.core.kernel.record import KernelArgs
+from wxstats.core.kernel.sources import sources_digest
 from wxstats.core.untrusted import parse_json
 
-_N_ARGS = 14
 _FUNCTIONS: dict[str, Callable[..., None]] = {}
 _ENGINES: list[Any] = []  # llvmlite's linkers: the loaded code lives as long as they do
 _LOCK = threading.Lock()
@@ -80,8 +81,9 @@ SYMBOL = "wxstats_kernel"
 """The name the stored object's entry is given when it is compiled here, and
 the one name linked and called: from this code, never from the file."""
 
-_FORMAT = 2
-"""The stored files' format, part of their names (1 named its entry in its header)."""
+_FORMAT = 3
+"""The stored files' format, part of their names (1 named its entry in its header; 2
+took 14 pointers, 3 takes the record's pointers and sizes, :mod:`wxstats.core.kernel.record`)."""
 
 NUMBA_CHECKED = ((0, 58), (0, 68))
 """The numba releases (major, minor; inclusive) whose internals the store uses
@@ -121,43 +123,43 @@ def extremes_dtype(dtype: np.dtype) -> np.dtype:
 
 def scratch_sizes(lanes: int, n_c: int, chunk: int, weighted: bool) -> tuple[int, int]:
     """Sizes of the kernel's float64 and int64 scratch (its layout is in
-    :func:`wxstats.core._kernels_numba.kernel`): the machine code allocates
+    :func:`wxstats.core.kernel.compiled.kernel`): the machine code allocates
     nothing, so it needs none of numba's runtime."""
     return 7 * lanes + 5 * n_c + (chunk * n_c if weighted else 0), 3 * lanes
 
 
-def kernel(a, n_c, m, chunk, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-           totals_int, before_numba: Callable[[], None] | None = None) -> None:  # fmt: skip
-    """:func:`wxstats.core._kernels_numba.kernel` on these arrays, by its machine
-    code (loaded once per dtype); ``before_numba`` runs before numba is imported,
-    if it must be (to compile, or where the object cannot be linked)."""
-    function = _FUNCTIONS.get(a.dtype.str) or _function(a.dtype, before_numba)
-    lanes = m * n_c
-    n_fs, n_i = scratch_sizes(lanes, n_c, chunk, w.shape[0] > 0)
-    fs, ints = np.empty(n_fs), np.empty(n_i, dtype=np.int64)
-    xs = np.empty(2 * lanes, dtype=extremes_dtype(a.dtype))
-    sizes = (a.shape[0], a.shape[1], n_c, m, chunk, lags.shape[0], ranges.shape[0], lanes,
-             w.shape[0], steps_float.shape[1], steps_int.shape[1], totals_float.shape[2],
-             totals_float.shape[1], totals_int.shape[1], n_fs, n_i)  # fmt: skip
-    dims = np.array(sizes, dtype=np.int64)
-    arrays = (a, dims, lags, ranges, refs, w, by, steps_float, steps_int, totals_float,
-              totals_int, fs, ints, xs)  # fmt: skip
-    for x, kind in zip(arrays[1:-1], "iiiffifififi", strict=True):
-        want = np.int64 if kind == "i" else np.float64
-        if x.dtype != want or not x.flags.c_contiguous:
-            raise ValueError(f"kernel argument of {x.dtype}, {x.shape}: not C-contiguous {want}")
-    if not a.flags.c_contiguous or a.ndim != 2:
+def kernel(args: KernelArgs, before_numba: Callable[[], None] | None = None) -> None:
+    """:func:`wxstats.core.kernel.compiled.kernel` on the record ``args``, by its
+    machine code (loaded once per dtype); ``before_numba`` runs before numba is
+    imported, if it must be (to compile, or where the object cannot be linked)."""
+    a = args.values
+    if a.ndim != 2 or not a.flags.c_contiguous:
         raise ValueError("the kernel's values must be a C-contiguous (steps, points) array")
-    if steps_float.shape[2:] != (a.shape[0], n_c) or totals_int.shape[2:] != (
-        totals_float.shape[2],
+    record.check(args)
+    n_c = args.n_c
+    if args.steps_float.shape[2:] != (a.shape[0], n_c) or args.totals_int.shape[2:] != (
+        args.totals_float.shape[2],
         n_c,
     ):
         raise ValueError("the kernel's output arrays do not match its values")
-    function(*arrays)
+    lanes, n_p = args.m * n_c, args.ranges.shape[0]
+    if (
+        args.refs.shape != (n_p, 3, a.shape[0], lanes)
+        or args.lags.shape != (n_p - 1,)
+        or args.by.shape != (a.shape[0],)
+        or a.shape[1] % n_c
+        or args.weights.shape[0] not in (0, a.shape[1] // n_c)
+    ):
+        raise ValueError("the kernel's inputs do not match its values")  # it reads unchecked
+    function = _FUNCTIONS.get(a.dtype.str) or _function(a.dtype, before_numba)
+    n_fs, n_i = scratch_sizes(lanes, n_c, args.chunk, args.weights.shape[0] > 0)
+    xs = np.empty(2 * lanes, dtype=extremes_dtype(a.dtype))
+    function(args, (np.empty(n_fs), np.empty(n_i, dtype=np.int64), xs))
 
 
 def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Callable[..., None]:
-    """The kernel for ``dtype`` as a function of the 14 arrays :func:`kernel` passes."""
+    """The kernel for ``dtype`` as a function of the record and the scratch
+    :func:`kernel` passes."""
     with _LOCK:
         if dtype.str in _FUNCTIONS:
             return _FUNCTIONS[dtype.str]
@@ -165,8 +167,14 @@ def _function(dtype: np.dtype, before_numba: Callable[[], None] | None) -> Calla
         if sys.platform.startswith("linux"):  # ELF objects; elsewhere numba's cached kernel
             address = _stored(dtype, before_numba)
         if address is not None:
-            native = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * _N_ARGS))(address)
-            _FUNCTIONS[dtype.str] = lambda *arrays: native(*(x.ctypes.data for x in arrays))
+            native = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(address)
+
+            def linked(args: KernelArgs, scratch: tuple[np.ndarray, ...]) -> None:
+                arrays, dims = record.c_layout(args, scratch)  # held until the call returns
+                pointers = np.array([x.ctypes.data for x in arrays], dtype=np.uintp)
+                native(pointers.ctypes.data, dims.ctypes.data)
+
+            _FUNCTIONS[dtype.str] = linked
         else:
             _FUNCTIONS[dtype.str] = _numba_kernel(before_numba)
         return _FUNCTIONS[dtype.str]
@@ -214,24 +222,23 @@ def _stored(dtype: np.dtype, before_numba: Callable[[], None] | None) -> int | N
 
 def _numba_kernel(before_numba: Callable[[], None] | None) -> Callable[..., None]:
     """numba's compiled kernel itself (its dispatcher, from numba's cache), where no
-    object can be linked: the same arrays, the sizes it needs taken from ``dims``."""
+    object can be linked: the same record and scratch."""
     compiled = _import_numba(before_numba).kernel
 
-    def call(a, dims, lags, ranges, refs, w, by, sf, si, tf, ti, fs, ints, xs):  # fmt: skip
-        compiled(a, dims[2], dims[3], dims[4], lags, ranges, refs, w, by, sf, si, tf, ti, fs,
-                 ints, xs)  # fmt: skip
+    def call(args: KernelArgs, scratch: tuple[np.ndarray, ...]) -> None:
+        compiled(args, *scratch)
 
     return call
 
 
 def _import_numba(before_numba: Callable[[], None] | None) -> Any:
-    """:mod:`wxstats.core._kernels_numba`, ``before_numba`` run first if this is
+    """:mod:`wxstats.core.kernel.compiled`, ``before_numba`` run first if this is
     the process's first import of numba."""
     if before_numba is not None and "numba" not in sys.modules:
         before_numba()
-    from wxstats.core import _kernels_numba
+    from wxstats.core.kernel import compiled
 
-    return _kernels_numba
+    return compiled
 
 
 def stored() -> dict[str, Any]:

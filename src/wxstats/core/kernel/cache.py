@@ -1,8 +1,8 @@
 """Where the compiled kernel is cached, and whether a cache may be read at all.
 
 Both caches of the kernel hold code that runs when read: the stored machine
-code of :mod:`wxstats.core.kernel_object`, and numba's own cache of the
-``cache=True`` functions of :mod:`wxstats.core._kernels_numba`, whose index
+code of :mod:`wxstats.core.kernel.stored`, and numba's own cache of the
+``cache=True`` functions of :mod:`wxstats.core.kernel.compiled`, whose index
 files are pickles. A cache someone else can write (a group-writable
 ``NUMBA_CACHE_DIR`` on a cluster's shared space) would run their code as ours,
 so each is used only in a private folder (:mod:`wxstats.core.private_files`:
