@@ -90,7 +90,7 @@ class Moments:
                 fields[q.name] = np.zeros(n_features, dtype=object)
                 fields[q.name][:] = 0
             else:
-                fields[q.name] = np.full(n_features, q.identity, dtype=q.dtype)
+                fields[q.name] = np.full(n_features, q.zero, dtype=q.dtype)
         return Moments(**fields)
 
     @property

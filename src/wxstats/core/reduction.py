@@ -1,10 +1,10 @@
 """The reduction, declared once: what summing a block accumulates, per feature.
 
 Each :class:`Quantity` is one number per feature (and, for a per-step one, per
-time step: the summation unit) with its dtype, its identity (what an empty
-block holds) and how two of them merge. This table drives the allocation of a
-block's sums (:class:`wxstats.core.kernel.BlockSums`), the kernel's output
-arrays (:func:`kernel_arrays`, :func:`slot`: the compiled kernel and its numpy
+time step: the summation unit) with its dtype, its zero (what an empty block
+holds: the neutral element of its merge) and how two of them merge. This table
+drives the allocation of a block's sums (:class:`wxstats.core.kernel.BlockSums`),
+the kernel's output arrays (:func:`kernel_arrays`, :func:`slot`: the compiled kernel and its numpy
 twin index them by these slots) and the exact moments' fields and packing
 (:class:`wxstats.core.combine.Moments`). Adding a quantity is one row here plus
 the line of the lane template that computes it. What the statistics make of
@@ -19,7 +19,7 @@ kernel's own file, is dropped when compiled from another table
 
 A block's sums come in *parts*: part 0 is the values, part ``1 + i`` the
 differences of the ``i``-th lag (sorted); a quantity with ``diffs=False`` is
-left at its identity in the differences' parts.
+left at its zero in the differences' parts.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Quantity:
 
     name: str
     dtype: type[np.generic]
-    identity: float
+    zero: float
     merge: Merge
     """``sum``: float64 sums per step, made exact (fixed-point limbs) when kept;
     ``count``: int64, added; ``min``/``max``: float64 extremes."""
@@ -118,7 +118,7 @@ def slot(name: str) -> tuple[str, int]:
 def kernel_arrays(
     n_parts: int, n_t: int, n_c: int, n_groups: int = 1, order: int = 2
 ) -> dict[str, np.ndarray]:
-    """The kernel's outputs, each slot at its quantity's identity: ``steps_*``
+    """The kernel's outputs, each slot at its quantity's zero: ``steps_*``
     (parts, slots, T, C), ``totals_*`` (parts, slots, groups, C), a total per group
     of time steps (a climatology's month or hour; one group without). The slots of a
     higher ``order`` come last, so an array of order 2 lacks them (the kernel sums
@@ -131,5 +131,5 @@ def kernel_arrays(
         shape = (n_parts, n, n_t, n_c) if first.per_step else (n_parts, n, n_groups, n_c)
         out[array] = np.empty(shape, dtype=first.dtype)
         for i, name in enumerate(names):
-            out[array][:, i] = BY_NAME[name].identity
+            out[array][:, i] = BY_NAME[name].zero
     return out
