@@ -49,3 +49,19 @@ def meps_copy(meps_small, tmp_path) -> Path:
 
     shutil.copytree(meps_small.parent, tmp_path / "data")
     return tmp_path / "data" / meps_small.name
+
+
+# Modules that start hosts in network namespaces (fixed addresses, tests/cluster.py) or a
+# Slurm (fixed ports): never two at once.
+_SHARING_THE_MACHINE = {"test_slurm": "hosts", "test_multinode": "hosts"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """scripts/test.sh runs the suite on two workers (pytest-xdist, ``--dist
+    loadgroup``): each module goes whole to one worker, so its module fixtures (a
+    cluster, a Slurm, an environment) are made once and its tests keep their order,
+    and the modules in :data:`_SHARING_THE_MACHINE` go to the same worker. Without
+    xdist the marks do nothing."""
+    for item in items:
+        module = item.module.__name__ if item.module is not None else item.nodeid
+        item.add_marker(pytest.mark.xdist_group(_SHARING_THE_MACHINE.get(module, module)))
