@@ -105,7 +105,10 @@ def test_opening_the_store_waits_two_round_trips(store, client, monkeypatch):
     object requested once. xarray alone reads each coordinate one after the
     other and the time coordinate three times, and the chunk reader opened the
     group again: 8 round trips."""
+    import pickle
     from collections import Counter
+
+    from wxstats.sources.xarray.open import open_one, remote_zarr
 
     proxy, _, options, _ = store
     if client == "obstore":
@@ -139,6 +142,11 @@ def test_opening_the_store_waits_two_round_trips(store, client, monkeypatch):
     assert proxy.rounds[first] - 1 <= 2, list(zip(proxy.rounds, opening, strict=False))
     truth = values.astype(np.float64).transpose(0, 2, 3, 1).reshape(12, 20, 2)
     assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 12, (1,)))
+    # a dask graph of a variable so opened is pickled to a cluster's workers, and read there
+    opened = remote_zarr(url, options, "time")
+    assert opened is not None
+    lazy = open_one(url, options, opened).variables["t"].chunk().data
+    assert np.array_equal(pickle.loads(pickle.dumps(lazy)).compute(), values)
 
 
 def _simulate(latency: float, per_second: float, in_flight: InFlight, requests: int) -> None:

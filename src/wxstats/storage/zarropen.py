@@ -46,8 +46,10 @@ def _prefetched() -> type:
     xarray would open) that serves the objects fetched at opening from memory and
     keeps the metadata objects zarr reads (a store without consolidated
     metadata: each array's), so that xarray and the chunk reader, opening it
-    after this module, send no request for them. A class made at first use:
-    zarr is imported where a remote store is opened, not at start-up."""
+    after this module, send no request for them. A class made at first use
+    (zarr is imported where a remote store is opened, not at start-up), found by
+    pickle as this module's ``Prefetched`` (a dask graph of a static variable
+    holds it), and pickled without the objects: a copy reads them again."""
     from zarr.storage import WrapperStore
 
     class Prefetched(WrapperStore):
@@ -72,7 +74,18 @@ def _prefetched() -> type:
                 return self.found[key] is not None
             return await self._store.exists(key)
 
+        def __getstate__(self) -> dict[str, Any]:
+            return {"_store": self._store, "found": {}}
+
+    Prefetched.__qualname__ = "Prefetched"
     return Prefetched
+
+
+def __getattr__(name: str) -> Any:
+    """``Prefetched``, the class :func:`_prefetched` makes (for pickle)."""
+    if name == "Prefetched":
+        return _prefetched()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class OpenedZarr:
