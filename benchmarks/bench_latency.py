@@ -27,6 +27,8 @@ the proxy counts), as the limit starts with the list of keys in hand. With
 ``--xarray-opening``, each round also runs wxstats opening the store as it did
 before (xarray alone: the metadata, then each coordinate one after the other,
 and the chunk reader's own opening of the group: ~8 round trips), interleaved.
+Each round's chunk requests beyond one per object are counted too (a block's
+difference halo requested again costs a round trip each).
 
 Then the curve: the limit and wxstats with the requests in flight fixed at
 each of ``--in-flight`` (``wxstats.storage.urls.REQUESTS_IN_FLIGHT``), once each.
@@ -279,11 +281,14 @@ def _data_chunk(line: str) -> bool:
     return any(f"/store.zarr/{v}/c/" in line for v in VARIABLES)
 
 
-def _opening(store: Store, started: float, seconds: float) -> tuple[float, int]:
-    """The seconds from a run's first chunk request to its end, and the round trips
-    it waited for before that request (counted by the proxy)."""
+def _opening(store: Store, started: float, seconds: float) -> tuple[float, int, int]:
+    """The seconds from a run's first chunk request to its end, the round trips
+    it waited for before that request (counted by the proxy), and the chunk
+    requests beyond one per object (a halo fetched again: one round trip each)."""
     first = next(i for i, (_, line) in enumerate(store.proxy.lines) if _data_chunk(line))
-    return seconds - (store.proxy.lines[first][0] - started), store.proxy.rounds[first] - 1
+    gets = [line.split()[1] for _, line in store.proxy.lines if _data_chunk(line)]
+    after = seconds - (store.proxy.lines[first][0] - started)
+    return after, store.proxy.rounds[first] - 1, len(gets) - len(set(gets))
 
 
 def headline(
@@ -304,17 +309,19 @@ def headline(
         cpus.setdefault("wxstats", []).append(time.process_time() - cpu)
         most.append(store.proxy.most)
         times.setdefault("wxstats (in flight: chosen)", []).append(t)
-        data, waited = _opening(store, started, t)
+        data, waited, again = _opening(store, started, t)
         times.setdefault("  its chunks (after opening)", []).append(data)
         trips.setdefault("wxstats", []).append(waited)
+        trips.setdefault("again", []).append(again)
         if before:
             store.proxy.reset()
             started = time.monotonic()
             t = wxstats(store, xarray_opening=True)
             times.setdefault("wxstats, xarray's opening", []).append(t)
-            data, waited = _opening(store, started, t)
+            data, waited, again = _opening(store, started, t)
             times.setdefault("  its chunks (after opening) ", []).append(data)
             trips.setdefault("before", []).append(waited)
+            trips.setdefault("again before", []).append(again)
         n = most[-1]
         cpu = time.process_time()
         times.setdefault("limit (same in flight)", []).append(limit(store, n))
@@ -350,9 +357,15 @@ def headline(
         f"wxstats {ours:.2f}, the limit {ref:.2f}"
     )
     before_text = f"; xarray's opening: {max(trips['before'])}" if before else ""
+    again = ", ".join(map(str, trips["again"]))
+    again_before = ", ".join(map(str, trips.get("again before", [])))
     print(
         f"  (wxstats opening the store: {min(opening):.2f}-{max(opening):.2f} s before its first "
         f"chunk request, {max(trips['wxstats'])} round trips{before_text})"
+    )
+    print(
+        f"  (chunk objects requested more than once, each round: {again}"
+        + (f"; xarray's opening: {again_before})" if before else ")")
     )
     return {name: min(t) for name, t in times.items()}
 
