@@ -21,9 +21,14 @@ interleaved rounds, min and median:
   step-1 difference per level, one ``dask.compute``;
 
 (the peers once, at the first delay only: 40-130 s at 100 ms). wxstats' row is
-also given from its first chunk request ("after opening": xarray reads the
-store's metadata and then each coordinate, one request after the other, before
-it), as the limit starts with the list of keys in hand.
+also given from its first chunk request ("after opening": the metadata, then
+every coordinate's chunk objects together, before it: two round trips, which
+the proxy counts), as the limit starts with the list of keys in hand. With
+``--xarray-opening``, each round also runs wxstats opening the store as it did
+before (xarray alone: the metadata, then each coordinate one after the other,
+and the chunk reader's own opening of the group: ~8 round trips), interleaved.
+Each round's chunk requests beyond one per object are counted too (a block's
+difference halo requested again costs a round trip each).
 
 Then the curve: the limit and wxstats with the requests in flight fixed at
 each of ``--in-flight`` (``wxstats.storage.urls.REQUESTS_IN_FLIGHT``), once each.
@@ -230,17 +235,24 @@ def _fetcher(store: Store):
     return by_obstore
 
 
-def wxstats(store: Store, in_flight: int | None = None) -> float:
+def wxstats(store: Store, in_flight: int | None = None, xarray_opening: bool = False) -> float:
+    """Seconds of ``wxstats.compute`` (``xarray_opening``: the store opened by
+    xarray alone, as before the two-round-trip opening of ``storage/zarropen.py``)."""
+    import wxstats.sources.xarray as source
     from wxstats.runtime.run import compute
     from wxstats.storage import urls
 
     urls.REQUESTS_IN_FLIGHT = in_flight
+    two_round_trips = source.remote_zarr
+    if xarray_opening:
+        source.remote_zarr = lambda *args: None
     try:
         start = time.perf_counter()
         compute(store.url, diff_steps=(1,), threads=THREADS, storage_options=store.options)
         return time.perf_counter() - start
     finally:
         urls.REQUESTS_IN_FLIGHT = None
+        source.remote_zarr = two_round_trips
 
 
 def zarr_python(store: Store) -> float:
@@ -269,11 +281,25 @@ def _data_chunk(line: str) -> bool:
     return any(f"/store.zarr/{v}/c/" in line for v in VARIABLES)
 
 
-def headline(store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: int) -> dict:
-    """The rows at one delay, ``rounds`` interleaved rounds; returns the mins."""
+def _opening(store: Store, started: float, seconds: float) -> tuple[float, int, int]:
+    """The seconds from a run's first chunk request to its end, the round trips
+    it waited for before that request (counted by the proxy), and the chunk
+    requests beyond one per object (a halo fetched again: one round trip each)."""
+    first = next(i for i, (_, line) in enumerate(store.proxy.lines) if _data_chunk(line))
+    gets = [line.split()[1] for _, line in store.proxy.lines if _data_chunk(line)]
+    after = seconds - (store.proxy.lines[first][0] - started)
+    return after, store.proxy.rounds[first] - 1, len(gets) - len(set(gets))
+
+
+def headline(
+    store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: int, before: bool = False
+) -> dict:
+    """The rows at one delay, ``rounds`` interleaved rounds; returns the mins
+    (``before``: wxstats with xarray's opening too, see the module doc)."""
     store.proxy.reset(delay=delay_ms / 1000)
     times: dict[str, list[float]] = {}
     most = []
+    trips: dict[str, list[int]] = {}
     cpus: dict[str, list[float]] = {}  # CPU-seconds of this process (the proxy's too)
     for round_ in range(rounds):
         store.proxy.reset()
@@ -283,8 +309,19 @@ def headline(store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: in
         cpus.setdefault("wxstats", []).append(time.process_time() - cpu)
         most.append(store.proxy.most)
         times.setdefault("wxstats (in flight: chosen)", []).append(t)
-        first = next(when for when, line in store.proxy.lines if _data_chunk(line))
-        times.setdefault("  its chunks (after opening)", []).append(t - (first - started))
+        data, waited, again = _opening(store, started, t)
+        times.setdefault("  its chunks (after opening)", []).append(data)
+        trips.setdefault("wxstats", []).append(waited)
+        trips.setdefault("again", []).append(again)
+        if before:
+            store.proxy.reset()
+            started = time.monotonic()
+            t = wxstats(store, xarray_opening=True)
+            times.setdefault("wxstats, xarray's opening", []).append(t)
+            data, waited, again = _opening(store, started, t)
+            times.setdefault("  its chunks (after opening) ", []).append(data)
+            trips.setdefault("before", []).append(waited)
+            trips.setdefault("again before", []).append(again)
         n = most[-1]
         cpu = time.process_time()
         times.setdefault("limit (same in flight)", []).append(limit(store, n))
@@ -319,9 +356,16 @@ def headline(store: Store, delay_ms: float, rounds: int, peers: bool, nbytes: in
         f"  CPU-s of this process (the proxy's included; moto's apart), medians: "
         f"wxstats {ours:.2f}, the limit {ref:.2f}"
     )
+    before_text = f"; xarray's opening: {max(trips['before'])}" if before else ""
+    again = ", ".join(map(str, trips["again"]))
+    again_before = ", ".join(map(str, trips.get("again before", [])))
     print(
         f"  (wxstats opening the store: {min(opening):.2f}-{max(opening):.2f} s before its first "
-        "chunk request: xarray reads the metadata, then each coordinate, one after the other)"
+        f"chunk request, {max(trips['wxstats'])} round trips{before_text})"
+    )
+    print(
+        f"  (chunk objects requested more than once, each round: {again}"
+        + (f"; xarray's opening: {again_before})" if before else ")")
     )
     return {name: min(t) for name, t in times.items()}
 
@@ -358,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds (3)")
     p.add_argument("--no-peers", action="store_true", help="skip zarr-python and xarray+dask")
     p.add_argument("--no-curve", action="store_true", help="skip the curve")
+    p.add_argument(
+        "--xarray-opening",
+        action="store_true",
+        help="each round also wxstats with the store opened by xarray alone (as before)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     args = p.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # rows as they come, into a file too
@@ -377,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         wxstats(store)  # the kernel, imports and first connections, no delay
         limit(store, 8)
         results = {  # the peers at the first delay only: 40-130 s at 100 ms
-            delay: headline(store, delay, args.repeat, not args.no_peers and i == 0, nbytes)
+            delay: headline(
+                store, delay, args.repeat, not args.no_peers and i == 0, nbytes, args.xarray_opening
+            )
             for i, delay in enumerate(args.delays)
         }
         for delay, rows in results.items():
@@ -387,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"wxstats / limit at {delay:g} ms: {ratio:.2f} whole run, {data:.2f} after "
                 "opening the store (best of each; target >= 0.9)"
             )
+            if args.xarray_opening:
+                before = rows["limit (same in flight)"] / rows["wxstats, xarray's opening"]
+                print(f"  with xarray's opening (before): {before:.2f} whole run")
         if not args.no_curve:
             curve(store, args.delays, args.in_flight)
         print(f"load average at the end {os.getloadavg()[0]:.1f}")

@@ -16,6 +16,12 @@ all go on; only requests whose first line contains ``gather_only``, e.g. chunk
 objects, not the metadata a client reads one by one): a test shows concurrency
 by an event, not by timing.
 
+Each request is also given its round (``rounds``, beside ``lines``): 1 for one
+sent before any response came, else one more than the latest round whose
+response had come when it was sent. The round of a client's first chunk
+request, less one, is how many round trips it waited for before it: the
+requests that opening a store sends one after the other.
+
 Plain asyncio, no root, any platform: ``tc netem`` on a veth pair would need
 both. Used by ``tests/test_latency.py`` and ``benchmarks/bench_latency.py``.
 """
@@ -44,6 +50,8 @@ class DelayProxy:
         self.timed_out = False
         self.requests = 0
         self.lines: list[tuple[float, str]] = []  # (loop time, request line), in order
+        self.rounds: list[int] = []  # each request's round (see the module doc), as lines
+        self._answered = 0  # the latest round a response has come for
         self.in_flight = 0
         self.most = 0
         self._loop = asyncio.new_event_loop()
@@ -65,7 +73,7 @@ class DelayProxy:
                 self.delay = delay
             self.gather, self.gather_only, self.timed_out = gather, gather_only, False
             self.requests, self.most = 0, self.in_flight
-            self.lines = []
+            self.lines, self.rounds, self._answered = [], [], 0
             self._gathered = asyncio.Event()
 
         self._call(apply)
@@ -105,7 +113,7 @@ class DelayProxy:
         except OSError:
             writer.close()
             return
-        state = {"waiting": False}  # a request sent upstream, no response byte yet
+        state = {"waiting": False, "round": 0}  # waiting: a request sent, no response yet
         tasks = [
             asyncio.ensure_future(self._requests(reader, up_writer, state)),
             asyncio.ensure_future(self._responses(up_reader, writer, state)),
@@ -127,6 +135,8 @@ class DelayProxy:
                 self.most = max(self.most, self.in_flight)
                 line = data.split(b"\r\n", 1)[0].decode("latin-1")
                 self.lines.append((self._loop.time(), line))
+                state["round"] = self._answered + 1
+                self.rounds.append(state["round"])
                 await self._hold(line)
             up_writer.write(data)
             await up_writer.drain()
@@ -136,6 +146,7 @@ class DelayProxy:
             if state["waiting"]:
                 state["waiting"] = False
                 self.in_flight -= 1
+                self._answered = max(self._answered, state["round"])
             writer.write(data)
             await writer.drain()
 

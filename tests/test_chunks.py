@@ -281,3 +281,73 @@ def test_object_store_only_where_obstore_reads_as_fsspec_would(monkeypatch):
     assert object_store("s3://bucket/a.zarr", {}) is None  # no secret: botocore's chain
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     assert object_store("s3://bucket/a.zarr", {})[0].config["region"] == "us-west-2"
+
+
+class _RemoteFolder:
+    """A zarr folder served as an object store would be (``local`` False): each
+    object counted as it is requested; the first ``fetch`` (a block's read-ahead)
+    answers when ``release`` is set, the others at once."""
+
+    local = False
+
+    def __init__(self, folder) -> None:
+        self.folder, self.requested = folder, Counter()
+        self.release = threading.Event()
+
+    def get_many(self, keys):
+        self.requested.update(keys)
+        return {k: (self.folder / k).read_bytes() for k in keys}
+
+    def fetch(self, keys, arrived=None):
+        from concurrent.futures import Future
+
+        found, gate = Future(), self.release if not self.requested else None
+        values = self.get_many(keys)
+
+        def answer():
+            if gate is not None:
+                gate.wait(30)
+            found.set_result(
+                {
+                    k: v if arrived is None else arrived(i, v)
+                    for i, (k, v) in enumerate(values.items())
+                }
+            )
+
+        threading.Thread(target=answer, daemon=True).start()
+        return found
+
+    def will_need(self, keys, spans=()):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_block_decoding_its_halo_first_waits_for_the_block_before_requests(tmp_path):
+    """Blocks are read two at once: a block whose halo (the block before's last
+    step, left to that block's requests) is decoded before the block before gets
+    to it takes its bytes from those requests, still in flight, and never
+    requests it again (one request each, and in a 100 ms store, sequential round
+    trips at the end of a run); the slabs are the stored values."""
+    values = np.random.default_rng(7).standard_normal((8, 3, 4)).astype("f4")
+    xr.Dataset({"t": (("time", "y", "x"), values)}).to_zarr(
+        tmp_path / "s.zarr", encoding={"t": {"chunks": (1, 3, 4)}}
+    )
+    reader = ZarrChunkReader(str(tmp_path / "s.zarr"), {}, threads=2)
+    remote = reader.store = _RemoteFolder(tmp_path / "s.zarr")
+    first = SlabRequest("t", 0, 4, (0, 1, 2), False, shared=((3, 4),))
+    second = SlabRequest("t", 3, 8, (0, 1, 2), False, shared=((3, 4),))
+    reader.will_need([first])  # its requests answer when released
+    reader.will_need([second])  # without the halo step 3: the first block fetches it
+    assert remote.requested["t/c/3/0/0"] == 1  # by the first block only
+    out = {}
+    read = threading.Thread(target=lambda: out.update(second=reader.read([second])["t"]))
+    read.start()  # decodes step 3 first, waiting for the first block's requests
+    remote.release.set()
+    read.join(30)
+    assert not read.is_alive()
+    got_first = reader.read([first])["t"]
+    reader.close()
+    assert remote.requested == Counter(f"t/c/{i}/0/0" for i in range(8)), remote.requested
+    assert np.array_equal(got_first, values[0:4]) and np.array_equal(out["second"], values[3:8])

@@ -2,6 +2,7 @@
 holds each request (``benchmarks/latency_proxy.py``). The statistics match the
 float64 reference with either client, the chunk requests are in flight together
 (counted by the proxy, shown by an event: it holds them until that many came),
+opening the store waits for two round trips (the proxy counts them),
 and the requests in flight are chosen by the rate the store gives
 (:class:`wxstats.storage.urls.InFlight`, on a simulated store)."""
 
@@ -94,6 +95,58 @@ def test_each_chunk_object_is_requested_once(store):
     )  # fmt: skip
     assert len(gets) == 240 and max(gets.values()) == 1, gets.most_common(3)
     assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
+
+
+@pytest.mark.parametrize("client", ["obstore", "fsspec"])
+def test_opening_the_store_waits_two_round_trips(store, client, monkeypatch):
+    """Before its first chunk request wxstats waits for two round trips: the
+    metadata objects, then every coordinate's chunk objects, in flight together
+    (the proxy holds them until all four came: an event, not a timing), each
+    object requested once. xarray alone reads each coordinate one after the
+    other and the time coordinate three times, and the chunk reader opened the
+    group again: 8 round trips."""
+    import pickle
+    from collections import Counter
+
+    from wxstats.sources.xarray.open import open_one, remote_zarr
+
+    proxy, _, options, _ = store
+    if client == "obstore":
+        pytest.importorskip("obstore")
+    else:
+        monkeypatch.setattr("wxstats.storage.zarrchunks.object_store", lambda *a: None)
+    url = f"s3://{BUCKET}/coords.zarr"
+    rng = np.random.default_rng(2)
+    values = (280 + 5 * rng.standard_normal((12, 2, 4, 5))).astype(np.float32)
+    ds = xr.Dataset(
+        {"t": (("time", "level", "lat", "lon"), values)},
+        coords={
+            "time": hourly(12),
+            "level": [500, 850],
+            "lat": np.linspace(60.0, 45.0, 4),
+            "lon": np.arange(5) * 1.5,
+        },
+    )
+    enc = {"t": {"chunks": (1, 1, 4, 5)}}
+    ds.to_zarr(url, storage_options=options, encoding=enc, mode="w", consolidated=True)
+    # the four coordinates' single chunk objects (time/c/0...), not t's (t/c/0/0/0/0)
+    proxy.reset(gather=4, gather_only="/c/0 HTTP")
+    stats = compute(url, diff_steps=(1,), threads=2, storage_options=options)
+    assert not proxy.timed_out, "the coordinates' objects were not in flight together"
+    first = next(i for i, (_, line) in enumerate(proxy.lines) if "/coords.zarr/t/c/" in line)
+    opening = [line.split()[1] for _, line in proxy.lines[:first]]
+    assert max(Counter(opening).values()) == 1, Counter(opening).most_common(3)
+    assert {f"/{BUCKET}/coords.zarr/{c}/c/0" for c in ("time", "level", "lat", "lon")} <= set(
+        opening
+    ), opening
+    assert proxy.rounds[first] - 1 <= 2, list(zip(proxy.rounds, opening, strict=False))
+    truth = values.astype(np.float64).transpose(0, 2, 3, 1).reshape(12, 20, 2)
+    assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 12, (1,)))
+    # a dask graph of a variable so opened is pickled to a cluster's workers, and read there
+    opened = remote_zarr(url, options, "time")
+    assert opened is not None
+    lazy = open_one(url, options, opened).variables["t"].chunk().data
+    assert np.array_equal(pickle.loads(pickle.dumps(lazy)).compute(), values)
 
 
 def _simulate(latency: float, per_second: float, in_flight: InFlight, requests: int) -> None:

@@ -36,7 +36,7 @@ from wxstats.core.errors import InputError, first_line
 from wxstats.core.machine import available_cpus
 from wxstats.storage.decompress import TooLarge
 from wxstats.storage.described import ChunkedArray, ChunkSource
-from wxstats.storage.shared import SharedChunks
+from wxstats.storage.shared import FetchedElsewhere, SharedChunks, fetched_elsewhere
 from wxstats.storage.sizes import check_chunks, check_slab, memory_bytes
 
 TASKS_PER_THREAD = 4
@@ -97,6 +97,8 @@ class ChunkReader:
         self._ahead: dict[tuple[str, ...], Future] = {}
         self._ahead_sizes: dict[tuple[str, ...], int] = {}
         self._ahead_shared: dict[tuple[str, ...], set[str]] = {}  # its halo's keys
+        # the halo chunks a block ahead left to the blocks ahead before it, by key
+        self._ahead_elsewhere: dict[tuple[str, ...], dict[str, FetchedElsewhere]] = {}
         self._ahead_bytes = 0
         self._fetcher = ThreadPoolExecutor(2, thread_name_prefix="wxstats-fetch")  # local
         self._shared = SharedChunks(SHARED_BYTES)
@@ -213,17 +215,23 @@ class ChunkReader:
             if (self._ahead_bytes + nbytes) * AHEAD_SHARE > memory_bytes() and self._ahead:
                 return  # the memory plan: a block is read when asked for, not before
             # the halo a block before fetches (or decoded already) is not fetched twice:
-            # its values come from SharedChunks (a few steps a block: 1/6 more requests)
-            before = set().union(*self._ahead_shared.values()) if halo else set()
+            # its values come from SharedChunks (a few steps a block: 1/6 more requests),
+            # or its bytes from that block's requests where this block decodes it first
+            before = {k: b for b, ks in self._ahead_shared.items() for k in ks} if halo else {}
             wanted = [
                 i for i, k in enumerate(keys) if k not in before and not self._shared.holds(k)
             ]
+            elsewhere: dict[str, FetchedElsewhere] = {}
+            for block in set(before.values()):
+                left = [k for k in keys if before.get(k) == block]
+                elsewhere.update(fetched_elsewhere(self._ahead[block], left) if left else {})
             self._ahead[keys] = self.store.fetch(
                 [keys[i] for i in wanted], lambda j, data: arrived(wanted[j], data)
             )
             self._ahead_bytes += nbytes
             self._ahead_sizes[keys] = nbytes
             self._ahead_shared[keys] = halo
+            self._ahead_elsewhere[keys] = elsewhere
 
     def _slab_bytes(self, req: SlabRequest) -> int:
         """The decoded bytes of ``req``'s slab (its chunk objects are fewer)."""
@@ -271,7 +279,11 @@ class ChunkReader:
                 ahead = self._ahead.pop(keys, None)
                 self._ahead_bytes -= self._ahead_sizes.pop(keys, 0)
                 self._ahead_shared.pop(keys, None)
-            fetched = ahead.result() if ahead is not None else self.store.get_many(list(keys))
+                elsewhere = self._ahead_elsewhere.pop(keys, {})
+            if ahead is not None:
+                fetched = {**elsewhere, **ahead.result()}
+            else:
+                fetched = self.store.get_many(list(keys))
         # a few runs of chunks per thread, not a future per chunk: for small chunks the
         # future cost more than the chunk (5000 chunks of 80 bytes: 0.41 s, 0.24 s so)
         size = max(1, -(-len(tasks) // (TASKS_PER_THREAD * self.threads)))
@@ -317,7 +329,9 @@ class ChunkReader:
                 data = self.store.get(key, nbytes)
             elif key in fetched:
                 data = fetched[key]
-            else:  # a halo chunk left to the block before, whose values were not kept
+                if isinstance(data, FetchedElsewhere):  # decoded here first: its bytes
+                    data = data.get(lambda: self.store.get_many([key])[key])
+            else:  # a halo chunk of a block decoded already, whose values were not kept
                 data = self.store.get_many([key])[key]
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
@@ -371,4 +385,5 @@ class ChunkReader:
             ahead.cancel()
         self._ahead.clear()
         self._ahead_shared.clear()
+        self._ahead_elsewhere.clear()
         self.pool.shutdown(wait=True)

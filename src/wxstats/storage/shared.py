@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import CancelledError, Future
+from typing import Any
 
 import numpy as np
 
@@ -87,3 +89,45 @@ class _Pending:
 
 def nbytes_of(values: np.ndarray | None) -> int:
     return 0 if values is None else values.nbytes
+
+
+class FetchedElsewhere:
+    """A halo chunk's stored bytes that a neighbouring block's requests fetch (it
+    was left out of this block's requests), waited for when this block decodes
+    it first: blocks are read two at once, and a block reading its halo before
+    the block before has decoded it fetched each such chunk again, one request
+    after the other (a 100 ms store: 30-40 sequential round trips at the end of
+    a run, ``docs/benchmarks.md``)."""
+
+    __slots__ = ("_bytes", "key")
+
+    def __init__(self, found: Future, key: str) -> None:
+        self._bytes, self.key = found, key
+
+    def get(self, fetch_again: Callable[[], Any]) -> Any:
+        """The bytes (``None``: missing); ``fetch_again()`` where the other
+        block's requests were cancelled (the reader closing)."""
+        try:
+            return self._bytes.result()[self.key]
+        except CancelledError:
+            return fetch_again()
+
+
+def fetched_elsewhere(block: Future, keys: list[str]) -> dict[str, FetchedElsewhere]:
+    """``keys`` of the objects the future ``block`` fetches (a dict by key), each
+    as a :class:`FetchedElsewhere`; only their bytes are kept once it is done,
+    not the rest of that block's values."""
+    found: Future = Future()
+
+    def done(fut: Future) -> None:
+        if fut.cancelled():
+            found.cancel()
+            return
+        try:
+            values = fut.result()
+            found.set_result({k: values[k] for k in keys})
+        except BaseException as exc:  # noqa: BLE001 (raised by get(), as by that block)
+            found.set_exception(exc)
+
+    block.add_done_callback(done)
+    return {k: FetchedElsewhere(found, k) for k in keys}

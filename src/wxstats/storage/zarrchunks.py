@@ -244,9 +244,17 @@ def _obstore_fetch(store: Any, prefix: str) -> Any:
 class ZarrChunkReader(ChunkReader):
     """Time slabs of the arrays of one zarr store (see :mod:`.chunks`)."""
 
-    def __init__(self, path: str, storage_options: dict[str, Any], threads: int) -> None:
+    def __init__(
+        self, path: str, storage_options: dict[str, Any], threads: int, opened: Any = None
+    ) -> None:
+        """``opened``: the store as :func:`.zarropen.open_remote` opened it (its group
+        and request queue taken as they are: no request), else opened here."""
         import zarr
 
+        if opened is not None:
+            super().__init__(path, opened.take(), threads)
+            self.group = opened.group
+            return
         super().__init__(path, ChunkStore(path, storage_options), threads)
         opts = {"storage_options": read_options(path, storage_options)} if is_url(path) else {}
         self.group = zarr.open_group(path, mode="r", **opts)

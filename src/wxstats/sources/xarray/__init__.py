@@ -55,6 +55,7 @@ from wxstats.sources.xarray.open import (
     given_dataset,
     is_zarr,
     open_files,
+    remote_zarr,
 )
 from wxstats.sources.xarray.timeaxis import (
     along_time,
@@ -102,7 +103,8 @@ class XarraySource:
         given = given_dataset(path)
         self.given = given is not None
         self.path = GIVEN if self.given else str(path)
-        opened = [(GIVEN, given)] if self.given else open_files(self.path, storage)
+        remote = None if self.given else remote_zarr(self.path, storage, self.time_dim)
+        opened = [(GIVEN, given)] if self.given else open_files(self.path, storage, remote)
         self.time_files = along_time(opened, self.time_dim, self.path)
         first = self.time_files[0].ds
         self.is_mdp = is_mdp(first)
@@ -178,7 +180,7 @@ class XarraySource:
             pool=self.options.pool,
         )
         self.attrs = record.attributes(self)
-        self._chunks, self._recipe = chunk_reader(self, storage)
+        self._chunks, self._recipe = chunk_reader(self, storage, remote)
 
     def _reader(self) -> ChunkReader | None:
         """The chunk reader; a copy made by :meth:`for_workers` opens its own at first use."""

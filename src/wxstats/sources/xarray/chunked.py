@@ -20,6 +20,7 @@ from wxstats.storage.chunks import ChunkReader
 from wxstats.storage.hdf5chunks import Hdf5ChunkReader, given_hdf5_file, is_hdf5
 from wxstats.storage.urls import is_url
 from wxstats.storage.zarrchunks import ZarrChunkReader, given_zarr_store
+from wxstats.storage.zarropen import OpenedZarr
 
 Recipe = tuple[str, str, dict[str, Any]]
 """How to open a chunk reader: ``zarr`` or ``hdf5``, the store or file, fsspec options."""
@@ -27,11 +28,11 @@ Recipe = tuple[str, str, dict[str, Any]]
 Opened = tuple[ChunkReader | None, Recipe | None]
 
 
-def open_reader(recipe: Recipe, io_threads: int) -> ChunkReader:
-    """The chunk reader of ``recipe``."""
+def open_reader(recipe: Recipe, io_threads: int, opened: OpenedZarr | None = None) -> ChunkReader:
+    """The chunk reader of ``recipe`` (``opened``: its remote zarr store, opened already)."""
     kind, where, storage = recipe
     if kind == "zarr":
-        return ZarrChunkReader(where, storage, io_threads)
+        return ZarrChunkReader(where, storage, io_threads, opened)
     return Hdf5ChunkReader(where, io_threads)
 
 
@@ -44,8 +45,9 @@ def _try(recipe: Recipe, io_threads: int) -> Opened:
         return None, None
 
 
-def chunk_reader(source: Any, storage: dict[str, Any]) -> Opened:
-    """The chunk reader of ``source`` and its recipe (None, None: read through xarray)."""
+def chunk_reader(source: Any, storage: dict[str, Any], opened: OpenedZarr | None = None) -> Opened:
+    """The chunk reader of ``source`` and its recipe (None, None: read through xarray;
+    ``opened``: its remote zarr store as :func:`.open.remote_zarr` opened it)."""
     threads = source.options.io_threads
     if source.given:
         names = [v.name for v in source.vars if v.has_time]
@@ -59,7 +61,7 @@ def chunk_reader(source: Any, storage: dict[str, Any]) -> Opened:
     if is_zarr(source.path):
         recipe = ("zarr", source.path, storage)
         try:
-            return open_reader(recipe, threads), recipe
+            return open_reader(recipe, threads, opened), recipe
         except Exception as exc:  # zarr raises many kinds for what xarray opened
             msg = f"{source.path}: cannot open with zarr: {first_line(exc)}"
             raise InputError(msg) from None

@@ -13,6 +13,7 @@ from wxstats.core.conventions import RUN_ATTR
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.sizes import check_zarr_metadata
 from wxstats.storage.urls import is_url, read_options
+from wxstats.storage.zarropen import OpenedZarr, open_remote
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
 
@@ -83,12 +84,24 @@ def _local_netcdf_engine(text: str) -> str | None:
     return "netcdf4" if head.startswith(_NETCDF_MAGIC) else None
 
 
-def open_one(text: str, storage_options: dict[str, Any] | None = None):
+def remote_zarr(text: str, storage_options: dict[str, Any], time_dim: str) -> OpenedZarr | None:
+    """A zarr store at a URL opened in two round trips (:func:`.zarropen.open_remote`),
+    for :func:`open_files` and then the chunk reader; ``None`` for anything else."""
+    if not is_url(text) or not is_zarr(text):
+        return None
+    return open_remote(text, storage_options, time_dim)
+
+
+def open_one(
+    text: str, storage_options: dict[str, Any] | None = None, opened: OpenedZarr | None = None
+):
+    """The dataset ``text`` names, opened lazily without decoding (``opened``: a
+    remote zarr store's objects fetched already, see :func:`remote_zarr`)."""
     import xarray as xr
 
     kwargs = {"mask_and_scale": False, "decode_timedelta": False, "cache": False, "chunks": None}
     options = read_options(text, storage_options or {}) if is_url(text) else {}
-    if options:
+    if options and opened is None:
         kwargs["storage_options"] = options
     if not is_url(text) and not Path(text).exists():
         raise InputError(f"{text}: dataset not found")
@@ -97,6 +110,10 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            if opened is not None:
+                ds = xr.open_dataset(opened.store, engine="zarr", **kwargs)
+                ds.encoding["source"] = text  # as xarray records a URL it opens
+                return ds
             if is_zarr(text):
                 if not is_url(text):
                     check_zarr_metadata(text)  # before xarray loads its coordinates
@@ -113,11 +130,14 @@ def open_one(text: str, storage_options: dict[str, Any] | None = None):
         raise InputError(f"{text}: cannot open with xarray: {first_line(exc)}") from None
 
 
-def open_files(text: str, storage_options: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
-    """The datasets ``text`` names; a glob leaves out statistics files wxstats
-    wrote (``era5_*.nc`` run twice would otherwise read ``era5_stats.nc``)."""
+def open_files(
+    text: str, storage_options: dict[str, Any] | None = None, opened: OpenedZarr | None = None
+) -> list[tuple[str, Any]]:
+    """The datasets ``text`` names (``opened``: see :func:`open_one`); a glob leaves
+    out statistics files wxstats wrote (``era5_*.nc`` run twice would otherwise
+    read ``era5_stats.nc``)."""
     if not is_glob(text):
-        return [(text, open_one(text, storage_options))]
+        return [(text, open_one(text, storage_options, opened))]
     files = sorted(globlib.glob(text))
     if not files:
         raise InputError(f"{text}: no files match this pattern")

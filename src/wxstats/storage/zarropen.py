@@ -1,0 +1,170 @@
+"""Opening a remote zarr store in two round trips, not ten.
+
+xarray opens a store one request after the other: the metadata, then each
+dimension coordinate it builds an index of, and the time coordinate twice
+more (the first and last values, to choose the decoded dtype), after which
+the chunk reader opens the group again: ~10 round trips before the first
+chunk request, 1 s of a 100 ms store's run (docs/benchmarks.md, "Object stores
+with a cloud's latency"). Here, on an object store with async requests, the
+metadata objects are requested together (one round trip), then every chunk
+object of the coordinates and of the small arrays without time (one round
+trip, through the same request queue as the chunks: :class:`.zarrchunks.Requests`);
+xarray then opens the store from those bytes (:func:`_prefetched`) and the
+chunk reader takes the group and the request queue as they are
+(:class:`OpenedZarr`). The values are the same bytes either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from wxstats.storage.urls import is_url, read_options
+from wxstats.storage.zarrchunks import ChunkStore
+
+METADATA = ("zarr.json", ".zmetadata", ".zgroup", ".zattrs")
+"""The objects zarr asks for first when it opens a group of either format
+(zarr 3's ``zarr.json`` holds the consolidated metadata, zarr 2's ``.zmetadata``)."""
+_METADATA_NAMES = {*METADATA, ".zarray"}
+ARRAY_BYTES = 16 * 2**20
+"""The largest array (decoded) fetched at opening: a coordinate of 2,000,000 int64
+times, a 1,440 x 721 float64 latitude field; larger ones are read when used."""
+ALL_BYTES = 64 * 2**20
+"""The most decoded bytes fetched at opening, all arrays together."""
+MOST_OBJECTS = 4096
+"""The most chunk objects fetched at opening."""
+
+
+@functools.cache
+def _prefetched() -> type:
+    """The class of a zarr store (a ``zarr.storage.WrapperStore`` around the store
+    xarray would open) that serves the objects fetched at opening from memory and
+    keeps the metadata objects zarr reads (a store without consolidated
+    metadata: each array's), so that xarray and the chunk reader, opening it
+    after this module, send no request for them. A class made at first use
+    (zarr is imported where a remote store is opened, not at start-up), found by
+    pickle as this module's ``Prefetched`` (a dask graph of a static variable
+    holds it), and pickled without the objects: a copy reads them again."""
+    from zarr.storage import WrapperStore
+
+    class Prefetched(WrapperStore):
+        def __init__(self, store: Any, found: dict[str, Any]) -> None:
+            super().__init__(store)
+            self.found = found
+
+        def _with_store(self, store: Any) -> Any:
+            return type(self)(store, self.found)
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            if byte_range is None and key in self.found:
+                data = self.found[key]
+                return None if data is None else prototype.buffer.from_bytes(data)
+            data = await self._store.get(key, prototype, byte_range)
+            if byte_range is None and key.rsplit("/", 1)[-1] in _METADATA_NAMES:
+                self.found[key] = None if data is None else data.to_bytes()
+            return data
+
+        async def exists(self, key: str) -> bool:
+            if key in self.found:
+                return self.found[key] is not None
+            return await self._store.exists(key)
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {"_store": self._store, "found": {}}
+
+    Prefetched.__qualname__ = "Prefetched"
+    return Prefetched
+
+
+def __getattr__(name: str) -> Any:
+    """``Prefetched``, the class :func:`_prefetched` makes (for pickle)."""
+    if name == "Prefetched":
+        return _prefetched()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class OpenedZarr:
+    """A remote zarr store opened once: the ``store`` xarray opens, its root
+    ``group`` and the request queue of its chunk objects (``chunks``), which the
+    chunk reader takes (:meth:`take`); closed when this is dropped untaken."""
+
+    def __init__(self, url: str, store: Any, group: Any, chunks: ChunkStore) -> None:
+        self.url, self.store, self.group = url, store, group
+        self._chunks = chunks
+        self._close = weakref.finalize(self, chunks.close)
+
+    def take(self) -> ChunkStore:
+        """The request queue, now the caller's to close."""
+        self._close.detach()
+        return self._chunks
+
+
+def open_remote(url: str, storage_options: dict[str, Any], time_dim: str) -> OpenedZarr | None:
+    """The zarr store at ``url`` opened in two round trips (see the module doc);
+    ``None`` where it is local, its filesystem has no async requests, or any of
+    it fails: then xarray opens it as before, and says what failed."""
+    if not is_url(url):
+        return None
+    chunks = ChunkStore(url, storage_options)
+    try:
+        if chunks.requests is None:
+            raise LookupError("no async requests")
+        found = dict(chunks.get_many(list(METADATA)))
+        if all(found[key] is None for key in METADATA):
+            raise LookupError("not a zarr group")
+        import zarr
+        from zarr.storage import FsspecStore
+
+        options = read_options(url, storage_options)
+        remote = FsspecStore.from_url(url, storage_options=options, read_only=True)
+        store = _prefetched()(remote, found)
+        group = zarr.open_group(store, mode="r")
+        found.update(chunks.get_many(opening_keys(group, time_dim)))
+    except Exception:  # noqa: BLE001 - xarray opens it the usual way, and says why
+        chunks.close()
+        return None
+    return OpenedZarr(url, store, group, chunks)
+
+
+def _dims(arr: Any) -> tuple[str, ...] | None:
+    """An array's dimension names (zarr 3's metadata, zarr 2's xarray attribute)."""
+    names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+    if not names or any(n is None for n in names):
+        return None
+    return tuple(map(str, names))
+
+
+def opening_keys(group: Any, time_dim: str) -> list[str]:
+    """The chunk objects of what is read when the store is opened and planned:
+    every dimension coordinate (xarray's indexes), coordinates along time named
+    in an array's ``coordinates`` attribute (decoded at opening), and the arrays
+    without ``time_dim`` (coordinates, static fields, mllam-data-prep's
+    splits), each within :data:`ARRAY_BYTES`; never a sharded array's, nor the
+    data with time, which the chunk reader fetches."""
+    arrays = dict(group.arrays())
+    named = {c for arr in arrays.values() for c in str(arr.attrs.get("coordinates", "")).split()}
+    keys: list[str] = []
+    total = 0
+    for name, arr in arrays.items():
+        dims = _dims(arr)
+        if dims is None or getattr(arr, "shards", None) is not None:
+            continue
+        if time_dim in dims and dims != (name,) and name not in named:
+            continue
+        nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
+        grid = [range(math.ceil(s / c)) for s, c in zip(arr.shape, arr.chunks, strict=True)]
+        count = math.prod(len(r) for r in grid)
+        if nbytes > ARRAY_BYTES or total + nbytes > ALL_BYTES:
+            continue
+        if len(keys) + count > MOST_OBJECTS:
+            continue
+        total += nbytes
+        prefix = f"{arr.path}/" if arr.path else ""
+        encode = arr.metadata.encode_chunk_key
+        keys.extend(prefix + encode(coords) for coords in itertools.product(*grid))
+    return keys
