@@ -34,6 +34,7 @@ from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
     first_values,
+    kernel_step_bytes,
     plan_blocks,
     plan_chunks_per_step,
     read_slab,
@@ -150,7 +151,10 @@ class XarraySource:
             v.out_dtype = max((d.out_dtype for d in decs), key=lambda d: d.itemsize)
             v.raw_itemsize = int(first.variables[v.name].dtype.itemsize)
         per_step = sum(
-            v.n_grid * v.n_features * v.out_dtype.itemsize for v in self.vars if v.has_time
+            v.n_grid * v.n_features * v.out_dtype.itemsize
+            + kernel_step_bytes(v.n_features, len(self.diff_steps) + 1)
+            for v in self.vars
+            if v.has_time
         )
         self.blocks = plan_blocks(
             self.splits,
