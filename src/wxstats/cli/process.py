@@ -19,7 +19,7 @@ _ARENAS = 2
 and keeps what it freed there (``_KEPT_FREE``), so the blocks summed on two
 threads and the chunk reader's threads held ~45 MiB more at a million chunks
 than at 10,000 (``MALLOC_ARENA_MAX`` 1 or 2: 325 -> 277-283 MiB, 265 at 10,000;
-``benchmarks/bench_scale.py``). The main arena and one for every other thread."""
+``benchmarks/bench_scale.py``): the main arena and one the other threads share."""
 _LARGEST_FROM_HEAP = 32 << 20  # glibc's maximum (64-bit)
 _KEPT_FREE = 1 << 30
 _START_UP_GC_THRESHOLDS = (100_000, 50, 100)
