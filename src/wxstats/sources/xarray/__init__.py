@@ -80,7 +80,8 @@ CAPABILITIES = Capabilities(
     what="a zarr/netCDF dataset", time_splits=True, state="time ranges", workers=True
 )
 DEFAULT_BLOCK_BYTES = 32 * 2**20
-"""Decoded bytes per block (at least one storage chunk along time)."""
+"""Bytes per block (at least one storage chunk along time): its decoded values
+and what the kernel holds for each step (:func:`.blocks.kernel_step_bytes`)."""
 
 
 class XarraySource:
