@@ -48,9 +48,12 @@ from wxstats.tools.example import ExampleSpec, write_example  # noqa: E402
 CHUNK = (1, 4, 5)
 LINKS_PER_FILE = 60_000
 """Hard links made to one chunk file (ext4 allows 65,000 per inode)."""
-BLOCK_MB = 1
-"""Blocks of the chunk rows: ~13,000 steps (chunks) each at every count, so that
-what grows with the count shows apart from what a block holds."""
+BLOCK_MB: float | None = None
+"""Blocks of the chunk rows (``--block-mb``; default: wxstats' own, 32 MiB). A
+block's budget counts what a step costs the kernel beside its 80 bytes of values
+(~7 KiB: :func:`wxstats.sources.xarray.blocks.kernel_step_bytes`), so blocks are
+of the same ~4,600 steps (chunks) at every count from 10,000 on, and what grows
+with the count shows apart from what a block holds."""
 SEED_SAMPLES = 436_524
 """The seed's MEPS datastore: 7 TB in this many sample files."""
 
@@ -105,7 +108,8 @@ def compute(path: Path, out: Path, kind: str = "compute") -> tuple[float, int]:
         args = [sys.executable, "-m", "wxstats", "inspect", str(path), "--no-measure"]
         args += ["--output-dir", str(out)]
     elif path.suffix == ".zarr":
-        args += ["--output", str(out / "stats.nc"), "--block-mb", str(BLOCK_MB)]
+        args += ["--output", str(out / "stats.nc")]
+        args += [] if BLOCK_MB is None else ["--block-mb", str(BLOCK_MB)]
     else:
         args += ["--output-dir", str(out)]
     wall, rss, _ = run_child(args)
@@ -136,10 +140,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="MEPS samples planned (inspect --no-measure, ~3 ms each)")  # fmt: skip
     p.add_argument("--list-samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES],
                    help="MEPS samples listed (the datastore's listing alone)")  # fmt: skip
+    p.add_argument("--block-mb", type=float, default=None,
+                   help="blocks of the chunk rows, MiB (default: wxstats' own)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="runs per row, best kept (1)")
     p.add_argument("--dir", type=Path, default=None, help="work folder (default: a temp dir)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
+    global BLOCK_MB
+    BLOCK_MB = args.block_mb
     if args.dir is not None:
         args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wxstats-scale-", dir=args.dir))
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({n:,} {kind} made in {made:.1f} s, computed in {best[0]:.1f} s)")
                 shutil.rmtree(path if kind == "chunks" else path.parent, ignore_errors=True)
             title = {
-                "chunks": f"zarr store of N chunks {CHUNK} float32, uncompressed, one step each:",
+                "chunks": f"zarr store of N chunks {CHUNK} float32, uncompressed, one step each "
+                f"(blocks: {'default' if BLOCK_MB is None else f'{BLOCK_MB} MiB'}):",
                 "samples": "MEPS datastore of N samples (links to 4 files, grid 2 x 3), computed:",
                 "planned": "the same, planned only (wxstats inspect --no-measure: listing, "
                 "sizes, every header, the outputs' checks):",

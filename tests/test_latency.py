@@ -18,6 +18,7 @@ import xarray as xr
 from gridded_data import assert_stream_matches, hourly, reference
 
 from wxstats.runtime.run import compute
+from wxstats.sources.xarray.blocks import kernel_step_bytes
 from wxstats.storage.urls import FIRST_IN_FLIGHT, MOST_IN_FLIGHT, InFlight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -29,6 +30,8 @@ serving = pytest.importorskip("werkzeug.serving")
 
 BUCKET = "wxstats-latency"
 DELAY_S = 0.03
+BLOCK_MB = 4.5 * (30 * 3 * 4 + kernel_step_bytes(3, 3)) / 2**20
+"""Blocks of 4 steps: a step's float32 values and what the kernel holds for it."""
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +76,8 @@ def test_delayed_store_matches_the_reference_with_requests_in_flight(store, clie
         monkeypatch.setattr("wxstats.storage.zarrchunks.object_store", lambda *a: None)
     proxy.reset(gather=8, gather_only="/era.zarr/t/c/")  # chunk GETs held until 8 came
     stats = compute(
-        url, diff_steps=(1, 3), threads=2, block_mb=0.01, storage_options=options
-    )  # 0.01 MiB: 20 blocks of 4 steps, requested ahead while the kernel sums
+        url, diff_steps=(1, 3), threads=2, block_mb=BLOCK_MB, storage_options=options
+    )  # 20 blocks of 4 steps, requested ahead while the kernel sums
     assert proxy.most >= 8 and not proxy.timed_out, f"at most {proxy.most} requests in flight"
     assert proxy.requests >= 240  # each chunk object delayed, kept-alive connections too
     assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 80, (1, 3)))
@@ -89,7 +92,7 @@ def test_each_chunk_object_is_requested_once(store):
 
     proxy, url, options, truth = store
     proxy.reset()
-    stats = compute(url, diff_steps=(1, 3), threads=1, block_mb=0.01, storage_options=options)
+    stats = compute(url, diff_steps=(1, 3), threads=1, block_mb=BLOCK_MB, storage_options=options)
     gets = Counter(
         line.split()[1] for _, line in proxy.lines if "/era.zarr/t/c/" in line
     )  # fmt: skip

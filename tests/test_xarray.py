@@ -25,6 +25,7 @@ from wxstats.runtime.outputs import open_source
 from wxstats.runtime.run import compute, compute_source, partition
 from wxstats.sources.kinds import Selection
 from wxstats.sources.xarray import XarraySource
+from wxstats.sources.xarray.blocks import kernel_step_bytes
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -88,6 +89,8 @@ def test_block_size_and_format_never_change_a_bit(data):
     chunk, one step, a few steps, or everything: the same bits."""
     root, _, _ = data
     per_step = 6 * 7 * (4 + 2 * 8 + 8)  # t2m float32, z float64 x 2 levels, msl decoded
+    parts = 1 + len(STEPS)  # what a step costs the kernel beside its values, per variable
+    per_step += sum(kernel_step_bytes(f, parts) for f in (1, 2, 1))
     results = []
     for name, budget in (
         ("g.zarr", 1),

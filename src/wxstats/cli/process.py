@@ -13,7 +13,13 @@ import ctypes.util
 import gc
 import sys
 
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters
+_ARENAS = 2
+"""glibc's arenas (its default: 8 per core): each thread that allocates takes one
+and keeps what it freed there (``_KEPT_FREE``), so the blocks summed on two
+threads and the chunk reader's threads held ~45 MiB more at a million chunks
+than at 10,000 (``MALLOC_ARENA_MAX`` 1 or 2: 325 -> 277-283 MiB, 265 at 10,000;
+``benchmarks/bench_scale.py``): the main arena and one the other threads share."""
 _LARGEST_FROM_HEAP = 32 << 20  # glibc's maximum (64-bit)
 _KEPT_FREE = 1 << 30
 _START_UP_GC_THRESHOLDS = (100_000, 50, 100)
@@ -32,7 +38,9 @@ def tune_for_one_command() -> None:
     - start-up imports create some 10^5 long-lived objects that the garbage
       collector walks again and again without freeing any (5 % of the CPU):
       collections wait until :func:`end_of_start_up`, which freezes them;
-    - numba loads without its BLAS probe (:func:`numba_without_blas`).
+    - numba loads without its BLAS probe (:func:`numba_without_blas`);
+    - two arenas of glibc's, not 8 per core (``_ARENAS``): what each thread
+      freed is not kept apart from what the others reuse.
     """
     global _paused_gc
     from wxstats.core.kernel import choice
@@ -46,6 +54,7 @@ def tune_for_one_command() -> None:
         if mallopt is not None:
             mallopt(_M_MMAP_THRESHOLD, _LARGEST_FROM_HEAP)
             mallopt(_M_TRIM_THRESHOLD, _KEPT_FREE)
+            mallopt(_M_ARENA_MAX, _ARENAS)
     if _paused_gc is None:
         _paused_gc = gc.get_threshold()
         gc.set_threshold(*_START_UP_GC_THRESHOLDS)

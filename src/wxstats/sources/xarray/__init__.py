@@ -34,6 +34,7 @@ from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
     first_values,
+    kernel_step_bytes,
     plan_blocks,
     plan_chunks_per_step,
     read_slab,
@@ -80,7 +81,8 @@ CAPABILITIES = Capabilities(
     what="a zarr/netCDF dataset", time_splits=True, state="time ranges", workers=True
 )
 DEFAULT_BLOCK_BYTES = 32 * 2**20
-"""Decoded bytes per block (at least one storage chunk along time)."""
+"""Bytes per block (at least one storage chunk along time): its decoded values
+and what the kernel holds for each step (:func:`.blocks.kernel_step_bytes`)."""
 
 
 class XarraySource:
@@ -110,9 +112,9 @@ class XarraySource:
         self.is_mdp = is_mdp(first)
         if self.is_mdp:
             self.capabilities = replace(CAPABILITIES, mdp_store=True)
-        self.times = np.concatenate(
-            [time_values(p.ds, self.time_dim, p.path) for p in self.time_files]
-        )
+        times = [time_values(p.ds, self.time_dim, p.path) for p in self.time_files]
+        # one file: its index's own values, not a copy (8 bytes a step: 8 MB at 1M steps)
+        self.times = times[0] if len(times) == 1 else np.concatenate(times)
         check_sorted(self.times, self.time_dim, self._where)
         self.n_times = int(self.times.shape[0])
         self.diff_steps = diff_steps(self.options.diff_steps)
@@ -152,7 +154,10 @@ class XarraySource:
             v.out_dtype = max((d.out_dtype for d in decs), key=lambda d: d.itemsize)
             v.raw_itemsize = int(first.variables[v.name].dtype.itemsize)
         per_step = sum(
-            v.n_grid * v.n_features * v.out_dtype.itemsize for v in self.vars if v.has_time
+            v.n_grid * v.n_features * v.out_dtype.itemsize
+            + kernel_step_bytes(v.n_features, len(self.diff_steps) + 1)
+            for v in self.vars
+            if v.has_time
         )
         self.blocks = plan_blocks(
             self.splits,
