@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--chunks", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     p.add_argument("--samples", type=int, nargs="*", default=[1_000, 4_000],
-                   help="MEPS samples computed whole (~15 ms of CPU each)")  # fmt: skip
+                   help="MEPS samples computed whole (~4 ms of CPU each)")  # fmt: skip
     p.add_argument("--plan-samples", type=int, nargs="*", default=[1_000, 10_000],
                    help="MEPS samples planned (inspect --no-measure, ~3 ms each)")  # fmt: skip
     p.add_argument("--list-samples", type=int, nargs="*", default=[10_000, 100_000, SEED_SAMPLES],
