@@ -99,6 +99,7 @@ class ChunkReader:
         self._ahead_shared: dict[tuple[str, ...], set[str]] = {}  # its halo's keys
         # the halo chunks a block ahead left to the blocks ahead before it, by key
         self._ahead_elsewhere: dict[tuple[str, ...], dict[str, FetchedElsewhere]] = {}
+        self._ahead_requested: dict[tuple[str, ...], set[str]] = {}  # what its requests fetch
         self._ahead_bytes = 0
         self._fetcher = ThreadPoolExecutor(2, thread_name_prefix="wxstats-fetch")  # local
         self._shared = SharedChunks(SHARED_BYTES)
@@ -216,18 +217,30 @@ class ChunkReader:
                 return  # the memory plan: a block is read when asked for, not before
             # the halo a block before fetches (or decoded already) is not fetched twice:
             # its values come from SharedChunks (a few steps a block: 1/6 more requests),
-            # or its bytes from that block's requests where this block decodes it first
-            before = {k: b for b, ks in self._ahead_shared.items() for k in ks} if halo else {}
+            # or its bytes from the requests of the block that fetches it where this
+            # block decodes it first (with a lag beyond a block's steps, a chunk is the
+            # halo of several blocks: only one of them requested it, the others wait)
+            requested: dict[str, tuple[str, ...]] = {}
+            chained: dict[str, FetchedElsewhere] = {}
+            for block, shared_keys in self._ahead_shared.items() if halo else ():
+                for k in shared_keys:
+                    if k in self._ahead_requested[block]:
+                        requested[k] = block
+                    elif k in self._ahead_elsewhere[block]:
+                        chained[k] = self._ahead_elsewhere[block][k]
             wanted = [
-                i for i, k in enumerate(keys) if k not in before and not self._shared.holds(k)
+                i
+                for i, k in enumerate(keys)
+                if k not in requested and k not in chained and not self._shared.holds(k)
             ]
-            elsewhere: dict[str, FetchedElsewhere] = {}
-            for block in set(before.values()):
-                left = [k for k in keys if before.get(k) == block]
-                elsewhere.update(fetched_elsewhere(self._ahead[block], left) if left else {})
+            elsewhere = {k: chained[k] for k in keys if k in chained and k not in requested}
+            for block in {requested[k] for k in keys if k in requested}:
+                left = [k for k in keys if requested.get(k) == block]
+                elsewhere.update(fetched_elsewhere(self._ahead[block], left))
             self._ahead[keys] = self.store.fetch(
                 [keys[i] for i in wanted], lambda j, data: arrived(wanted[j], data)
             )
+            self._ahead_requested[keys] = {keys[i] for i in wanted}
             self._ahead_bytes += nbytes
             self._ahead_sizes[keys] = nbytes
             self._ahead_shared[keys] = halo
@@ -280,6 +293,7 @@ class ChunkReader:
                 self._ahead_bytes -= self._ahead_sizes.pop(keys, 0)
                 self._ahead_shared.pop(keys, None)
                 elsewhere = self._ahead_elsewhere.pop(keys, {})
+                self._ahead_requested.pop(keys, None)
             if ahead is not None:
                 fetched = {**elsewhere, **ahead.result()}
             else:
@@ -386,4 +400,5 @@ class ChunkReader:
         self._ahead.clear()
         self._ahead_shared.clear()
         self._ahead_elsewhere.clear()
+        self._ahead_requested.clear()
         self.pool.shutdown(wait=True)
