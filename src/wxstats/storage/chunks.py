@@ -60,6 +60,20 @@ SHARED_BYTES = 128 * 2**20
 """Decoded chunks kept for a neighbouring block that has not read them yet."""
 
 
+@dataclass
+class _Ahead:
+    """A block requested ahead (:meth:`ChunkReader.will_need`): its requests
+    (``fetched``: the objects by key, as they arrive), its decoded bytes, the keys
+    of its halo (shared with the next block), the keys its own requests fetch and
+    the halo chunks it waits for from a block before (``elsewhere``)."""
+
+    fetched: Future
+    nbytes: int
+    halo: set[str]
+    requested: set[str]
+    elsewhere: dict[str, FetchedElsewhere]
+
+
 def _chunk_bytes(arr: ChunkedArray) -> int:
     """The decoded size of each chunk of ``arr``, as its metadata declares it."""
     return math.prod(arr.chunks) * arr.dtype.itemsize
@@ -94,12 +108,7 @@ class ChunkReader:
         self._plans: dict[SlabRequest, list] = {}
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        self._ahead: dict[tuple[str, ...], Future] = {}
-        self._ahead_sizes: dict[tuple[str, ...], int] = {}
-        self._ahead_shared: dict[tuple[str, ...], set[str]] = {}  # its halo's keys
-        # the halo chunks a block ahead left to the blocks ahead before it, by key
-        self._ahead_elsewhere: dict[tuple[str, ...], dict[str, FetchedElsewhere]] = {}
-        self._ahead_requested: dict[tuple[str, ...], set[str]] = {}  # what its requests fetch
+        self._ahead: dict[tuple[str, ...], _Ahead] = {}  # by the block's chunk keys
         self._ahead_bytes = 0
         self._fetcher = ThreadPoolExecutor(2, thread_name_prefix="wxstats-fetch")  # local
         self._shared = SharedChunks(SHARED_BYTES)
@@ -222,12 +231,12 @@ class ChunkReader:
             # halo of several blocks: only one of them requested it, the others wait)
             requested: dict[str, tuple[str, ...]] = {}
             chained: dict[str, FetchedElsewhere] = {}
-            for block, shared_keys in self._ahead_shared.items() if halo else ():
-                for k in shared_keys:
-                    if k in self._ahead_requested[block]:
+            for block, other in self._ahead.items() if halo else ():
+                for k in other.halo:
+                    if k in other.requested:
                         requested[k] = block
-                    elif k in self._ahead_elsewhere[block]:
-                        chained[k] = self._ahead_elsewhere[block][k]
+                    elif k in other.elsewhere:
+                        chained[k] = other.elsewhere[k]
             wanted = [
                 i
                 for i, k in enumerate(keys)
@@ -236,15 +245,13 @@ class ChunkReader:
             elsewhere = {k: chained[k] for k in keys if k in chained and k not in requested}
             for block in {requested[k] for k in keys if k in requested}:
                 left = [k for k in keys if requested.get(k) == block]
-                elsewhere.update(fetched_elsewhere(self._ahead[block], left))
-            self._ahead[keys] = self.store.fetch(
+                elsewhere.update(fetched_elsewhere(self._ahead[block].fetched, left))
+            fetched = self.store.fetch(
                 [keys[i] for i in wanted], lambda j, data: arrived(wanted[j], data)
             )
-            self._ahead_requested[keys] = {keys[i] for i in wanted}
+            requested = {keys[i] for i in wanted}
+            self._ahead[keys] = _Ahead(fetched, nbytes, halo, requested, elsewhere)
             self._ahead_bytes += nbytes
-            self._ahead_sizes[keys] = nbytes
-            self._ahead_shared[keys] = halo
-            self._ahead_elsewhere[keys] = elsewhere
 
     def _slab_bytes(self, req: SlabRequest) -> int:
         """The decoded bytes of ``req``'s slab (its chunk objects are fewer)."""
@@ -290,12 +297,9 @@ class ChunkReader:
             keys = tuple(task[1] for task in tasks if task[1] is not None)  # as _keys(reqs)
             with self._lock:
                 ahead = self._ahead.pop(keys, None)
-                self._ahead_bytes -= self._ahead_sizes.pop(keys, 0)
-                self._ahead_shared.pop(keys, None)
-                elsewhere = self._ahead_elsewhere.pop(keys, {})
-                self._ahead_requested.pop(keys, None)
+                self._ahead_bytes -= 0 if ahead is None else ahead.nbytes
             if ahead is not None:
-                fetched = {**elsewhere, **ahead.result()}
+                fetched = {**ahead.elsewhere, **ahead.fetched.result()}
             else:
                 fetched = self.store.get_many(list(keys))
         # a few runs of chunks per thread, not a future per chunk: for small chunks the
@@ -396,9 +400,6 @@ class ChunkReader:
     def close(self) -> None:
         self._fetcher.shutdown(wait=True, cancel_futures=True)
         for ahead in self._ahead.values():
-            ahead.cancel()
+            ahead.fetched.cancel()
         self._ahead.clear()
-        self._ahead_shared.clear()
-        self._ahead_elsewhere.clear()
-        self._ahead_requested.clear()
         self.pool.shutdown(wait=True)
