@@ -51,7 +51,7 @@ LINKS_PER_FILE = 60_000
 BLOCK_MB: float | None = None
 """Blocks of the chunk rows (``--block-mb``; default: wxstats' own, 32 MiB). A
 block's budget counts what a step costs the kernel beside its 80 bytes of values
-(~7 KiB: :func:`wxstats.sources.xarray.blocks.kernel_step_bytes`), so blocks are
+(~7 KiB: :func:`wxstats.core.kernel.step_bytes`), so blocks are
 of the same ~4,600 steps (chunks) at every count from 10,000 on, and what grows
 with the count shows apart from what a block holds."""
 SEED_SAMPLES = 436_524

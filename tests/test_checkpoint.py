@@ -17,6 +17,7 @@ from distributed_helpers import assert_identical_outputs
 
 from wxstats.cli import main
 from wxstats.core.errors import InputError, Interrupted, WxstatsError
+from wxstats.core.kernel import step_bytes
 from wxstats.core.partial import Coverage
 from wxstats.io import locks
 from wxstats.runtime.checkpoint import FORMAT_VERSION, LOCK, Checkpoint
@@ -27,7 +28,6 @@ from wxstats.runtime.outputs import open_source
 from wxstats.runtime.resumable import Resumable, resume_work
 from wxstats.runtime.run import compute_source, partition
 from wxstats.sources.meps import MepsSource
-from wxstats.sources.xarray.blocks import kernel_step_bytes
 
 
 def _payload(variable) -> bytes | list:
@@ -715,7 +715,7 @@ SPLIT_ARGS = [
     "--split", "mid=2021-01-01T18/2021-01-02T05",  # overlaps both: its steps are its own
 ]  # fmt: skip
 STEP_BYTES = 20 * 4 * 4  # a step of mdp_store: 20 grid points, 3 + 1 float32 features
-STEP_BYTES += kernel_step_bytes(3, 2) + kernel_step_bytes(1, 2)  # the kernel's, lag 1
+STEP_BYTES += step_bytes(3, 2) + step_bytes(1, 2)  # the kernel's, lag 1
 
 
 def _block_mb(steps: int) -> str:
@@ -939,7 +939,7 @@ def test_resume_with_another_block_size_keeps_weights_time_means_and_groups(
 
     store = _latitude_store(tmp_path / "era.zarr")
     step = 5 * 6 * 4  # bytes of a step of t2m, and what it costs the kernel (1 + its lags)
-    step += kernel_step_bytes(1, 3 if "--diff-steps" in options else 2)
+    step += step_bytes(1, 3 if "--diff-steps" in options else 2)
     clean, out, ck = tmp_path / "clean", tmp_path / "out", tmp_path / "ck"
 
     def args(folder, steps):

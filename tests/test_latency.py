@@ -17,8 +17,8 @@ import pytest
 import xarray as xr
 from gridded_data import assert_stream_matches, hourly, reference
 
+from wxstats.core.kernel import step_bytes
 from wxstats.runtime.run import compute
-from wxstats.sources.xarray.blocks import kernel_step_bytes
 from wxstats.storage.urls import FIRST_IN_FLIGHT, MOST_IN_FLIGHT, InFlight
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -30,7 +30,7 @@ serving = pytest.importorskip("werkzeug.serving")
 
 BUCKET = "wxstats-latency"
 DELAY_S = 0.03
-BLOCK_MB = 4.5 * (30 * 3 * 4 + kernel_step_bytes(3, 3)) / 2**20
+BLOCK_MB = 4.5 * (30 * 3 * 4 + step_bytes(3, 3)) / 2**20
 """Blocks of 4 steps: a step's float32 values and what the kernel holds for it."""
 
 

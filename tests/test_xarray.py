@@ -17,6 +17,7 @@ from gridded_data import write_zarr as write_store
 from reference import assert_close
 from wxstats.cli import main
 from wxstats.core.errors import InputError
+from wxstats.core.kernel import step_bytes
 from wxstats.io.formats.netcdf import read_stats_file, stats_dataset
 from wxstats.io.formats.summary import summary_dict
 from wxstats.runtime.engine import accumulate, empty_accumulator
@@ -25,7 +26,6 @@ from wxstats.runtime.outputs import open_source
 from wxstats.runtime.run import compute, compute_source, partition
 from wxstats.sources.kinds import Selection
 from wxstats.sources.xarray import XarraySource
-from wxstats.sources.xarray.blocks import kernel_step_bytes
 
 SPLITS = ("train=2021-01-01T00:00/2021-01-02T05:00", "val=2021-01-02T06/2021-01-03T01")
 TRAIN, VAL = (0, 30), (30, 50)
@@ -90,7 +90,7 @@ def test_block_size_and_format_never_change_a_bit(data):
     root, _, _ = data
     per_step = 6 * 7 * (4 + 2 * 8 + 8)  # t2m float32, z float64 x 2 levels, msl decoded
     parts = 1 + len(STEPS)  # what a step costs the kernel beside its values, per variable
-    per_step += sum(kernel_step_bytes(f, parts) for f in (1, 2, 1))
+    per_step += sum(step_bytes(f, parts) for f in (1, 2, 1))
     results = []
     for name, budget in (
         ("g.zarr", 1),

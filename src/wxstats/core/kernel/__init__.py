@@ -268,6 +268,27 @@ def lanes_per_channel(n_channels: int) -> int:
     return m
 
 
+KERNEL_LANE_ROWS = 6
+"""Arrays of one float64 per lane that :func:`block_sums` makes per time step and
+part (values, each lag's differences) beside the block's values: the scaling the
+kernel takes (shift, 1/scale, -shift/scale) and the per-channel rows they are
+tiled from (``memray`` at 300,000 steps of 20 grid points, one feature: ~5 KiB a
+step for 2 parts of 64 lanes, 80 bytes of values)."""
+KERNEL_CHANNEL_BYTES = 512
+"""Bytes per time step, part and feature held while a block is summed beside
+the lanes: its references, the kernel's per-step sums, their exact sums."""
+
+
+def step_bytes(n_features: int, n_parts: int) -> int:
+    """Bytes a block's time step of an array of ``n_features`` channels costs
+    :func:`block_sums` and the exact sums beside its values (``n_parts``: 1 + the
+    lags), for a source's block budget: a grid of a few points has steps of ~100
+    bytes that cost ~6 KiB here, so a block counted by its values alone (32,768
+    steps: ~200 MiB of these rows, two summed at once) does not hold its budget."""
+    lanes = lanes_per_channel(max(1, n_features)) * max(1, n_features)
+    return n_parts * (KERNEL_LANE_ROWS * lanes * 8 + KERNEL_CHANNEL_BYTES * n_features)
+
+
 def _per_channel(values: np.ndarray, channels: np.ndarray, n_c: int, fill: float) -> np.ndarray:
     """Per-feature parameters (T, F) spread over all ``n_c`` channels of the array."""
     out = np.full((values.shape[0], n_c), fill)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.conventions import stream_name
-from wxstats.core.kernel import Block
+from wxstats.core.kernel import Block, step_bytes
 from wxstats.core.times import fmt_time
 from wxstats.sources.base import Capabilities, SampleSteps
 from wxstats.sources.kinds import Selection, SourceKind
@@ -34,7 +34,6 @@ from wxstats.sources.xarray.blocks import (
     chunk_bounds,
     finish_slab,
     first_values,
-    kernel_step_bytes,
     plan_blocks,
     plan_chunks_per_step,
     read_slab,
@@ -82,7 +81,7 @@ CAPABILITIES = Capabilities(
 )
 DEFAULT_BLOCK_BYTES = 32 * 2**20
 """Bytes per block (at least one storage chunk along time): its decoded values
-and what the kernel holds for each step (:func:`.blocks.kernel_step_bytes`)."""
+and what the kernel holds for each step (:func:`wxstats.core.kernel.step_bytes`)."""
 
 
 class XarraySource:
@@ -155,7 +154,7 @@ class XarraySource:
             v.raw_itemsize = int(first.variables[v.name].dtype.itemsize)
         per_step = sum(
             v.n_grid * v.n_features * v.out_dtype.itemsize
-            + kernel_step_bytes(v.n_features, len(self.diff_steps) + 1)
+            + step_bytes(v.n_features, len(self.diff_steps) + 1)
             for v in self.vars
             if v.has_time
         )

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from wxstats.core.errors import InputError, first_line
-from wxstats.core.kernel import lanes_per_channel
 from wxstats.sources.xarray.decode import Decoding, decode_into, refuse_unwritten
 from wxstats.sources.xarray.layout import Variable
 from wxstats.sources.xarray.timeaxis import Split, TimeFile
@@ -74,28 +73,6 @@ def chunks_per_step(shape: Sequence[int], chunks: Sequence[int], axis: int) -> f
         if d != axis:
             out *= -(-int(n) // max(1, int(c)))
     return out
-
-
-KERNEL_LANE_ROWS = 6
-"""Arrays of one float64 per lane that the kernel makes per time step and part
-(values, each lag's differences) of a block, beside its values: the scaling it
-takes (shift, 1/scale, -shift/scale) and the per-channel rows they are tiled
-from (``memray`` at 300,000 steps of 20 grid points, one feature: ~5 KiB a step
-for 2 parts of 64 lanes, 80 bytes of values)."""
-KERNEL_CHANNEL_BYTES = 512
-"""Bytes per time step, part and feature held while a block is summed beside
-the lanes: its references, the kernel's per-step sums, their exact sums."""
-
-
-def kernel_step_bytes(n_features: int, n_parts: int) -> int:
-    """Bytes a block's time step of a variable of ``n_features`` costs the kernel
-    and the exact sums beside its values (``n_parts``: 1 + the lags). A grid of a
-    few points has steps of ~100 bytes that cost the kernel ~6 KiB: counted in the
-    block's budget, a block holds its budget whatever the grid, and blocks of
-    tiny steps are not cut by :data:`.chunks.CHUNKS_PER_BLOCK` alone (32,768 steps:
-    ~200 MiB of the kernel's rows each, two summed at once)."""
-    lanes = lanes_per_channel(max(1, n_features)) * max(1, n_features)
-    return n_parts * (KERNEL_LANE_ROWS * lanes * 8 + KERNEL_CHANNEL_BYTES * n_features)
 
 
 def plan_chunks_per_step(
