@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from wxstats.storage.urls import is_url, read_options
+from wxstats.storage.urls import read_options
 from wxstats.storage.zarrchunks import ChunkStore
 
 METADATA = ("zarr.json", ".zmetadata", ".zgroup", ".zattrs")
@@ -105,11 +105,9 @@ class OpenedZarr:
 
 
 def open_remote(url: str, storage_options: dict[str, Any], time_dim: str) -> OpenedZarr | None:
-    """The zarr store at ``url`` opened in two round trips (see the module doc);
-    ``None`` where it is local, its filesystem has no async requests, or any of
-    it fails: then xarray opens it as before, and says what failed."""
-    if not is_url(url):
-        return None
+    """The zarr store at the URL ``url`` opened in two round trips (see the module
+    doc); ``None`` where its filesystem has no async requests, or any of it
+    fails: then xarray opens it as before, and says what failed."""
     chunks = ChunkStore(url, storage_options)
     try:
         if chunks.requests is None:
