@@ -220,3 +220,34 @@ def test_an_object_corrupt_on_arrival_is_one_line_naming_it(store):
     message = str(caught.value)
     assert "corrupt.zarr: variable t: chunk object t/c/30/0/0: cannot decode" in message
     assert len(message.splitlines()) == 1, message
+
+
+def test_requests_go_out_in_the_order_they_were_submitted(monkeypatch):
+    """A block requested ahead queues behind the block before it: every request of
+    the first block goes out before any of the next, whatever the completions
+    interleave (a woken request once went to the back of the queue, behind later
+    blocks', and the first block was the last whole)."""
+    import asyncio
+
+    from wxstats.storage import urls
+    from wxstats.storage.zarrchunks import Requests
+
+    monkeypatch.setattr(urls, "REQUESTS_IN_FLIGHT", 4)
+    sent: list[str] = []
+
+    async def fetch(name: str) -> bytes:
+        sent.append(name)
+        for _ in range(len(name) % 3):  # completions in another order than sent
+            await asyncio.sleep(0)
+        return name.encode()
+
+    requests = Requests(fetch)
+    try:
+        blocks = [[f"{b}/{i}" for i in range(300)] for b in "abc"]
+        futures = [requests.submit(names) for names in blocks]
+        for names, fut in zip(blocks, futures, strict=True):
+            assert fut.result(timeout=60) == [n.encode() for n in names]
+    finally:
+        requests.close()
+    assert sent == [n for names in blocks for n in names]
+    assert requests._active == 0

@@ -11,6 +11,7 @@ are decoded within the size the metadata declares (:mod:`.decompress`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import threading
 import time
@@ -56,12 +57,12 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
 
 class Requests:
     """The chunk requests of one store on one event loop, at most
-    :attr:`in_flight` ``.limit`` at once over every block being fetched: a
-    block read ahead queues behind the block before it (first come, first
-    served) and its requests go out as that one's finish, so the pipe stays
-    full across blocks while the kernel sums the block before. ``fetch`` (a
-    coroutine function of an object's name) returns its bytes, ``None`` where it
-    does not exist."""
+    :attr:`in_flight` ``.limit`` at once over every block being fetched, in the
+    order they were submitted: a block read ahead queues behind the block before
+    it, and its requests go out as that one's finish, so the pipe stays full
+    across blocks while the kernel sums the block before, and the block the
+    kernel needs next is the first whole. ``fetch`` (a coroutine function of an
+    object's name) returns its bytes, ``None`` where it does not exist."""
 
     def __init__(self, fetch: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.fetch = fetch
@@ -74,8 +75,13 @@ class Requests:
             )
             self._thread.start()
         self.loop = loop
-        self._active = self._waiting = 0
-        self._slots: asyncio.Condition | None = None
+        self._active = 0
+        # the requests waiting for a slot, first come first served: a freed slot is
+        # handed to the first of them. A condition's ``wait_for`` sends a woken waiter
+        # that finds no slot to the back, behind later blocks' requests: the first
+        # block then finished last, with the run's last objects (a 100 ms store: its
+        # kernel work all after the last response, and every block held at once)
+        self._queue: collections.deque[asyncio.Future] = collections.deque()
 
     def submit(self, names: list[str], arrived: Any = None) -> Future:
         """The objects ``names`` (a list: bytes, ``None`` or the exception), later;
@@ -84,19 +90,33 @@ class Requests:
         return asyncio.run_coroutine_threadsafe(self._all(names, arrived), self.loop)
 
     async def _all(self, names: list[str], arrived: Any) -> list[Any]:
-        if self._slots is None:
-            self._slots = asyncio.Condition()
         return await asyncio.gather(*(self._one(n, i, arrived) for i, n in enumerate(names)))
 
-    async def _one(self, name: str, index: int, arrived: Any) -> Any:
-        slots, limit = self._slots, self.in_flight
-        async with slots:
-            self._waiting += 1
-            try:
-                await slots.wait_for(lambda: self._active < limit.limit)
-            finally:
-                self._waiting -= 1
+    async def _slot(self) -> None:
+        """Wait for a slot (counted in ``_active`` when this returns)."""
+        if not self._queue and self._active < self.in_flight.limit:
             self._active += 1
+            return
+        turn = self.loop.create_future()
+        self._queue.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():  # handed a slot, then cancelled
+                self._free()
+            raise
+
+    def _free(self) -> None:
+        """A request ended: its slot, and any the limit grew by, to the first waiting."""
+        self._active -= 1
+        while self._queue and self._active < self.in_flight.limit:
+            turn = self._queue.popleft()
+            if not turn.done():
+                self._active += 1
+                turn.set_result(None)
+
+    async def _one(self, name: str, index: int, arrived: Any) -> Any:
+        await self._slot()
         try:
             data = await self.fetch(name)
             return data if arrived is None or data is None else arrived(index, data)
@@ -105,10 +125,8 @@ class Requests:
         except Exception as exc:  # noqa: BLE001 (named with its key by the caller)
             return exc
         finally:
-            async with slots:
-                self._active -= 1
-                limit.completed(self._waiting > 0, time.perf_counter())
-                slots.notify(max(1, limit.limit - self._active))
+            self.in_flight.completed(bool(self._queue), time.perf_counter())
+            self._free()
 
     def close(self) -> None:
         if self._thread is not None:
