@@ -230,7 +230,7 @@ def test_requests_go_out_in_the_order_they_were_submitted(monkeypatch):
     import asyncio
 
     from wxstats.storage import urls
-    from wxstats.storage.zarrchunks import Requests
+    from wxstats.storage.requests import Requests
 
     monkeypatch.setattr(urls, "REQUESTS_IN_FLIGHT", 4)
     sent: list[str] = []
@@ -251,3 +251,88 @@ def test_requests_go_out_in_the_order_they_were_submitted(monkeypatch):
         requests.close()
     assert sent == [n for names in blocks for n in names]
     assert requests._active == 0
+
+
+def _two_variables(options: dict, name: str) -> tuple[str, np.ndarray]:
+    """A store of t and u (12 steps, 2 levels, a chunk object per step and level)."""
+    url = f"s3://{BUCKET}/{name}.zarr"
+    rng = np.random.default_rng(3)
+    values = (280 + 5 * rng.standard_normal((2, 12, 2, 4, 5))).astype(np.float32)
+    dims = ("time", "level", "lat", "lon")
+    ds = xr.Dataset(
+        {"t": (dims, values[0]), "u": (dims, values[1])},
+        coords={
+            "time": hourly(12),
+            "level": [500, 850],
+            "lat": np.arange(4.0),
+            "lon": np.arange(5.0),
+        },
+    )
+    enc = {v: {"chunks": (1, 1, 4, 5)} for v in ("t", "u")}
+    ds.to_zarr(url, storage_options=options, encoding=enc, mode="w", consolidated=True)
+    return url, values
+
+
+@pytest.mark.parametrize("variables", [None, ("t",)])
+def test_the_first_blocks_objects_leave_with_the_coordinates(store, variables):
+    """The first time chunk of each array read needs no coordinate value: its
+    objects are requested with the coordinates' (the proxy holds the four
+    coordinates' and those until all are in flight together: an event, not a
+    timing), each object once, and only the variables the run reads."""
+    from collections import Counter
+
+    proxy, _, options, _ = store
+    url, values = _two_variables(options, f"early{len(variables or ())}")
+    read = variables or ("t", "u")
+    early = {f"/{BUCKET}/{url.rsplit('/', 1)[1]}/{v}/c/0/{k}/0/0" for v in read for k in (0, 1)}
+    # the coordinates' objects (time/c/0...) and every array's first time chunk (t/c/0/...)
+    proxy.reset(gather=4 + len(early), gather_only="/c/0")
+    stats = compute(url, diff_steps=(1,), threads=2, variables=variables, storage_options=options)
+    assert not proxy.timed_out, "the first block's objects did not leave with the coordinates'"
+    gets = [line.split()[1] for _, line in proxy.lines]
+    assert max(Counter(gets).values()) == 1, Counter(gets).most_common(3)
+    rounds = dict(zip(gets, proxy.rounds, strict=True))
+    assert {rounds[g] for g in early} == {rounds[f"/{BUCKET}/{url.rsplit('/', 1)[1]}/time/c/0"]}
+    assert not any("/u/c/" in g for g in gets) if variables else True
+    for i, v in enumerate(("t", "u")):
+        if v in read:
+            truth = values[i].astype(np.float64).transpose(0, 2, 3, 1).reshape(12, 20, 2)
+            assert_stream_matches(stats.streams[f"{v}__train"], reference(truth, 0, 12, (1,)))
+
+
+def test_a_run_that_starts_later_waits_for_the_times(store):
+    """With a period the first block is known only from the time values: no data
+    object is requested before the coordinates came (their round, then one more)."""
+    proxy, _, options, _ = store
+    url, values = _two_variables(options, "later")
+    proxy.reset()
+    stats = compute(
+        url,
+        diff_steps=(1,),
+        threads=2,
+        period="2021-01-01T03/2021-01-01T11",
+        storage_options=options,
+    )
+    data = [r for (_, line), r in zip(proxy.lines, proxy.rounds, strict=True) if "/t/c/" in line]
+    assert min(data) >= 3, data
+    assert "/t/c/0/" not in " ".join(line for _, line in proxy.lines)
+    truth = values[0].astype(np.float64).transpose(0, 2, 3, 1).reshape(12, 20, 2)
+    assert_stream_matches(stats.streams["t__train"], reference(truth, 3, 12, (1,)))
+
+
+def test_objects_requested_early_that_no_block_reads_are_dropped(store):
+    """A reader whose first block is another (a rank, a cluster's worker) holds no
+    bytes requested early: its first fetch drops them, and each fetch returns
+    what it named."""
+    from wxstats.storage.zarrchunks import ChunkStore
+
+    _, url, options, _ = store
+    chunks = ChunkStore(url, options)
+    try:
+        chunks.request_early(["t/c/0/0/0/0", "t/c/0/1/0/0"])
+        got = chunks.get_many(["t/c/5/0/0/0", "t/c/0/1/0/0"])
+        assert set(got) == {"t/c/5/0/0/0", "t/c/0/1/0/0"} and all(got.values())
+        assert chunks._early == {}
+        assert chunks.get_many(["t/c/0/0/0/0"])["t/c/0/0/0/0"]  # requested again, whole
+    finally:
+        chunks.close()

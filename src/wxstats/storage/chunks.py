@@ -397,6 +397,11 @@ class ChunkReader:
             stacklevel=2,
         )
 
+    def drop_early(self) -> None:
+        """Cancel the store's requests made before any block asked (a copy sent to a
+        cluster's workers reads its blocks there)."""
+        self.store.drop_early()
+
     def close(self) -> None:
         self._fetcher.shutdown(wait=True, cancel_futures=True)
         for ahead in self._ahead.values():

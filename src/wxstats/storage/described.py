@@ -65,3 +65,7 @@ class ChunkSource(Protocol):
 
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
         """Start reading these chunks, and (offset, length) ``spans`` of the file."""
+
+    def drop_early(self) -> None:
+        """Cancel what was requested before the reader asked (a remote store's
+        first block, requested at opening); nothing elsewhere."""

@@ -133,6 +133,9 @@ class Hdf5ChunkStore:
         for offset, length in spans:
             will_need(self.fd, offset, length)
 
+    def drop_early(self) -> None:
+        """A local file: nothing is requested before the reader asks."""
+
     def close(self) -> None:
         os.close(self.fd)
 

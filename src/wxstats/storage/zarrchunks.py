@@ -10,23 +10,20 @@ are decoded within the size the metadata declares (:mod:`.decompress`).
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import os
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from wxstats.core.errors import InputError, first_line
-from wxstats.storage import urls
 from wxstats.storage.chunks import ChunkReader
 from wxstats.storage.decompress import TooLarge, bounded, stored_limit
 from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
-from wxstats.storage.urls import InFlight, is_url, object_store, read_options
+from wxstats.storage.requests import Requests
+from wxstats.storage.urls import is_url, object_store, read_options
 
 _COMPRESSORS = {"ZstdCodec": "Zstd", "BloscCodec": "Blosc", "GzipCodec": "GZip"}
 
@@ -55,85 +52,6 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
     return ChunkCodec(bounded(getattr(numcodecs, name)()), dtype) if name else None
 
 
-class Requests:
-    """The chunk requests of one store on one event loop, at most
-    :attr:`in_flight` ``.limit`` at once over every block being fetched, in the
-    order they were submitted: a block read ahead queues behind the block before
-    it, and its requests go out as that one's finish, so the pipe stays full
-    across blocks while the kernel sums the block before, and the block the
-    kernel needs next is the first whole. ``fetch`` (a coroutine function of an
-    object's name) returns its bytes, ``None`` where it does not exist."""
-
-    def __init__(self, fetch: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.fetch = fetch
-        self.in_flight = InFlight(urls.REQUESTS_IN_FLIGHT)
-        self._thread = None
-        if loop is None:  # a loop of its own (obstore), on a daemon thread
-            loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=loop.run_forever, name="wxstats-requests", daemon=True
-            )
-            self._thread.start()
-        self.loop = loop
-        self._active = 0
-        # the requests waiting for a slot, first come first served: a freed slot is
-        # handed to the first of them. A condition's ``wait_for`` sends a woken waiter
-        # that finds no slot to the back, behind later blocks' requests: the first
-        # block then finished last, with the run's last objects (a 100 ms store: its
-        # kernel work all after the last response, and every block held at once)
-        self._queue: collections.deque[asyncio.Future] = collections.deque()
-
-    def submit(self, names: list[str], arrived: Any = None) -> Future:
-        """The objects ``names`` (a list: bytes, ``None`` or the exception), later;
-        ``arrived(index, data)``, called as each object found arrives, gives what
-        the list holds instead of its bytes (a decode started at once)."""
-        return asyncio.run_coroutine_threadsafe(self._all(names, arrived), self.loop)
-
-    async def _all(self, names: list[str], arrived: Any) -> list[Any]:
-        return await asyncio.gather(*(self._one(n, i, arrived) for i, n in enumerate(names)))
-
-    async def _slot(self) -> None:
-        """Wait for a slot (counted in ``_active`` when this returns)."""
-        if not self._queue and self._active < self.in_flight.limit:
-            self._active += 1
-            return
-        turn = self.loop.create_future()
-        self._queue.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():  # handed a slot, then cancelled
-                self._free()
-            raise
-
-    def _free(self) -> None:
-        """A request ended: its slot, and any the limit grew by, to the first waiting."""
-        self._active -= 1
-        while self._queue and self._active < self.in_flight.limit:
-            turn = self._queue.popleft()
-            if not turn.done():
-                self._active += 1
-                turn.set_result(None)
-
-    async def _one(self, name: str, index: int, arrived: Any) -> Any:
-        await self._slot()
-        try:
-            data = await self.fetch(name)
-            return data if arrived is None or data is None else arrived(index, data)
-        except FileNotFoundError:
-            return None
-        except Exception as exc:  # noqa: BLE001 (named with its key by the caller)
-            return exc
-        finally:
-            self.in_flight.completed(bool(self._queue), time.perf_counter())
-            self._free()
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
-
-
 class ChunkStore:
     """Where chunk objects come from: a local folder, an obstore store (S3 with
     known credentials, when obstore is installed) or an fsspec filesystem
@@ -143,6 +61,7 @@ class ChunkStore:
         self.path = path.rstrip("/")
         self.fs = None
         self.requests: Requests | None = None
+        self._early: dict[str, Future] = {}
         objects = object_store(path, storage_options) if is_url(path) else None
         if objects is not None:
             self.requests = Requests(_obstore_fetch(*objects))
@@ -170,6 +89,21 @@ class ChunkStore:
         except FileNotFoundError:
             return None
 
+    def request_early(self, keys: list[str]) -> None:
+        """Request ``keys`` before the reader asks for them (the first block's objects,
+        sent with the coordinates' when the store is opened: :mod:`.zarropen`). The
+        next :meth:`fetch` takes those it names and drops the others (a rank whose
+        first block is another, a run that starts later): held no longer than that."""
+        if self.requests is not None and keys:
+            self._early = dict(zip(keys, self.requests.submit_each(keys), strict=True))
+
+    def drop_early(self) -> None:
+        """Cancel the objects requested early that no fetch took (see
+        :meth:`request_early`): a copy sent to a cluster's workers reads there."""
+        early, self._early = self._early, {}
+        for fut in early.values():
+            fut.cancel()
+
     def fetch(self, keys: list[str], arrived: Any = None) -> Future:
         """Remote chunk objects (a dict by key, ``None`` where missing), later: their
         requests share the store's requests in flight (:class:`Requests`), and
@@ -181,23 +115,54 @@ class ChunkStore:
             except BaseException as exc:  # noqa: BLE001 (raised by result())
                 done.set_exception(exc)
             return done
+        early, self._early = self._early, {}
+        taken = {i: early.pop(k) for i, k in enumerate(keys) if k in early}
+        for fut in early.values():  # not this reader's first block: dropped
+            fut.cancel()
+        rest = [i for i in range(len(keys)) if i not in taken]
+        values: list[Any] = [None] * len(keys)
         out: Future = Future()
+        left = [len(taken) + 1]  # the early objects, and the requests of the rest
+        lock = threading.Lock()
 
-        def named(found: Future) -> None:
+        def finished() -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            result = {}
+            for key, value in zip(keys, values, strict=True):
+                if isinstance(value, BaseException):
+                    out.set_exception(
+                        InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
+                    )
+                    return
+                result[key] = value
+            out.set_result(result)
+
+        def one(index: int, fut: Future) -> None:
             try:
-                values = found.result()
-                result = {}
-                for key, value in zip(keys, values, strict=True):
-                    if isinstance(value, BaseException):
-                        raise InputError(
-                            f"{self.path}: cannot read object {key}: {first_line(value)}"
-                        )
-                    result[key] = value
-                out.set_result(result)
-            except BaseException as exc:  # noqa: BLE001 (raised by result())
-                out.set_exception(exc)
+                data = fut.result()
+                if arrived is not None and data is not None and not isinstance(data, Exception):
+                    data = arrived(index, data)
+            except BaseException as exc:  # noqa: BLE001 (named with its key by finished)
+                data = exc
+            values[index] = data
+            finished()
 
-        self.requests.submit(keys, arrived).add_done_callback(named)
+        def others(found: Future) -> None:
+            try:
+                for i, value in zip(rest, found.result(), strict=True):
+                    values[i] = value
+            except BaseException as exc:  # noqa: BLE001 (named with its key by finished)
+                for i in rest:
+                    values[i] = exc
+            finished()
+
+        later = None if arrived is None else (lambda j, data: arrived(rest[j], data))
+        self.requests.submit([keys[i] for i in rest], later).add_done_callback(others)
+        for i, fut in taken.items():
+            fut.add_done_callback(lambda fut, i=i: one(i, fut))
         return out
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
@@ -239,6 +204,7 @@ class ChunkStore:
                 os.close(fd)
 
     def close(self) -> None:
+        self.drop_early()
         if self.requests is not None:
             self.requests.close()
 

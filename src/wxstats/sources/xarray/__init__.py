@@ -72,6 +72,7 @@ from wxstats.sources.xarray.timeaxis import (
 from wxstats.sources.xarray.weights import weigh, weight_field
 from wxstats.storage.chunks import ChunkReader, SlabRequest
 from wxstats.storage.urls import is_url
+from wxstats.storage.zarropen import Early
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "KIND", "XarraySource"]
 
@@ -104,7 +105,11 @@ class XarraySource:
         given = given_dataset(path)
         self.given = given is not None
         self.path = GIVEN if self.given else str(path)
-        remote = None if self.given else remote_zarr(self.path, storage, self.time_dim)
+        # a run from the first step reads the first time chunk of its arrays first:
+        # requested with the coordinates (a period or splits need the times to say)
+        from_start = not (self.options.period or self.options.splits)
+        early = Early(self.options.variables, self.options.block_bytes) if from_start else None
+        remote = None if self.given else remote_zarr(self.path, storage, self.time_dim, early)
         opened = [(GIVEN, given)] if self.given else open_files(self.path, storage, remote)
         self.time_files = along_time(opened, self.time_dim, self.path)
         first = self.time_files[0].ds
@@ -348,6 +353,8 @@ class XarraySource:
         variables), or else from the raw values :meth:`worker_inputs` names, which the
         Dataset's dask graph computes on the workers."""
         self._orders, self._missing_ok  # noqa: B018 - computed here, where the data is open
+        if self._chunks is not None:
+            self._chunks.drop_early()  # the workers read the first block
         out = copy.copy(self)
         out.time_files = [replace(p, ds=None) for p in self.time_files]
         out._chunks = None

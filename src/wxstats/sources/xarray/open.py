@@ -13,7 +13,7 @@ from wxstats.core.conventions import RUN_ATTR
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.sizes import check_zarr_metadata
 from wxstats.storage.urls import is_url, read_options
-from wxstats.storage.zarropen import OpenedZarr, open_remote
+from wxstats.storage.zarropen import Early, OpenedZarr, open_remote
 
 NETCDF_SUFFIXES = (".nc", ".nc4", ".netcdf", ".cdf", ".h5", ".hdf5", ".he5")
 
@@ -84,12 +84,15 @@ def _local_netcdf_engine(text: str) -> str | None:
     return "netcdf4" if head.startswith(_NETCDF_MAGIC) else None
 
 
-def remote_zarr(text: str, storage_options: dict[str, Any], time_dim: str) -> OpenedZarr | None:
-    """A zarr store at a URL opened in two round trips (:func:`.zarropen.open_remote`),
-    for :func:`open_files` and then the chunk reader; ``None`` for anything else."""
+def remote_zarr(
+    text: str, storage_options: dict[str, Any], time_dim: str, early: Early | None = None
+) -> OpenedZarr | None:
+    """A zarr store at a URL opened in two round trips (:func:`.zarropen.open_remote`,
+    ``early``: the first block's objects requested with the second), for
+    :func:`open_files` and then the chunk reader; ``None`` for anything else."""
     if not is_url(text) or not is_zarr(text):
         return None
-    return open_remote(text, storage_options, time_dim)
+    return open_remote(text, storage_options, time_dim, early)
 
 
 def open_one(
