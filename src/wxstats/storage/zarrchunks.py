@@ -62,6 +62,7 @@ class ChunkStore:
         self.fs = None
         self.requests: Requests | None = None
         self._early: dict[str, Future] = {}
+        self._early_lock = threading.Lock()  # fetched from the kernel's threads too
         objects = object_store(path, storage_options) if is_url(path) else None
         if objects is not None:
             self.requests = Requests(_obstore_fetch(*objects))
@@ -100,7 +101,8 @@ class ChunkStore:
     def drop_early(self) -> None:
         """Cancel the objects requested early that no fetch took (see
         :meth:`request_early`): a copy sent to a cluster's workers reads there."""
-        early, self._early = self._early, {}
+        with self._early_lock:
+            early, self._early = self._early, {}
         for fut in early.values():
             fut.cancel()
 
@@ -115,7 +117,8 @@ class ChunkStore:
             except BaseException as exc:  # noqa: BLE001 (raised by result())
                 done.set_exception(exc)
             return done
-        early, self._early = self._early, {}
+        with self._early_lock:
+            early, self._early = self._early, {}
         taken = {i: early.pop(k) for i, k in enumerate(keys) if k in early}
         for fut in early.values():  # not this reader's first block: dropped
             fut.cancel()
