@@ -154,6 +154,20 @@ def test_any_block_size_gives_the_same_bytes(tmp_path):
     assert _bytes(paths[0]) == _bytes(paths[1]) == _bytes(paths[2])
 
 
+def test_a_block_holds_its_budget_with_the_kernels_rows(dataset):
+    """A block's budget counts what the kernel holds for each step beside its
+    values: with 60 float32 values a step (240 bytes) the kernel's rows are most
+    of it, and a budget of 4 such steps makes blocks of 4 steps, not 40."""
+    from wxstats.core.kernel import step_bytes
+    from wxstats.sources.anemoi import AnemoiSource
+
+    path, _ = dataset
+    per_step = 3 * 2 * 30 * 4 + step_bytes(3, 2)
+    source = AnemoiSource(path, diff_steps=(1,), block_bytes=4 * per_step)
+    assert max(b.stop - b.start for b in source.blocks) == 4
+    assert sum(b.stop - b.start for b in source.blocks) == source.stop - source.start
+
+
 def test_sidecar_holds_what_write_into_writes(dataset, tmp_path):
     path, _ = dataset
     side = tmp_path / "stats.zarr"

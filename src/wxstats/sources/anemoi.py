@@ -31,7 +31,7 @@ import numpy as np
 
 from wxstats.core.conventions import span_name, span_seconds
 from wxstats.core.errors import InputError
-from wxstats.core.kernel import Block
+from wxstats.core.kernel import Block, step_bytes
 from wxstats.core.streams import StreamSpec, listed_features
 from wxstats.sources.base import Capabilities, SampleSteps, parse_period
 from wxstats.sources.kinds import Selection, SourceKind
@@ -181,7 +181,10 @@ class AnemoiSource:
         self.deltas = {k: span_name(k * self.step_seconds) for k in self.diff_steps}
         self.n_grid = n_ens * n_cells
         self.dtype = np.dtype(self.data.dtype)
+        # a step's values and what the kernel holds for it beside them (a few cells
+        # a step: the kernel's rows are most of a block, as for a zarr/netCDF source)
         per_step = n_vars * self.n_grid * self.dtype.itemsize
+        per_step += step_bytes(n_vars, len(self.diff_steps) + 1)
         chunk = int(self.data.chunks[0])
         self.blocks: list[TimeBlock] = plan_blocks(
             [Split(SPLIT, self.start, self.stop, self.window_label)],
