@@ -102,10 +102,11 @@ def test_each_chunk_object_is_requested_once(store):
 
 @pytest.mark.parametrize("client", ["obstore", "fsspec"])
 def test_opening_the_store_waits_two_round_trips(store, client, monkeypatch):
-    """Before its first chunk request wxstats waits for two round trips: the
-    metadata objects, then every coordinate's chunk objects, in flight together
-    (the proxy holds them until all four came: an event, not a timing), each
-    object requested once. xarray alone reads each coordinate one after the
+    """Opening the store takes two round trips: the metadata objects, then every
+    coordinate's chunk objects, in flight together (the proxy holds them until
+    all four came: an event, not a timing), each object requested once; the
+    first chunk requests leave with the second at the latest (with the
+    coordinates': the test below). xarray alone reads each coordinate one after the
     other and the time coordinate three times, and the chunk reader opened the
     group again: 8 round trips."""
     import pickle
