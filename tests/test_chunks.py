@@ -294,11 +294,11 @@ class _RemoteFolder:
         self.folder, self.requested = folder, Counter()
         self.release = threading.Event()
 
-    def get_many(self, keys):
+    def get_many(self, keys, sizes=None):
         self.requested.update(keys)
         return {k: (self.folder / k).read_bytes() for k in keys}
 
-    def fetch(self, keys, arrived=None):
+    def fetch(self, keys, sizes=None, arrived=None):
         from concurrent.futures import Future
 
         found, gate = Future(), self.release if not self.requested else None

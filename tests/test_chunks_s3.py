@@ -191,3 +191,45 @@ def test_deleted_object_is_an_error_not_a_fill_value(s3, tmp_path, capsys):
     # the fill value is NaN: read as missing, refused without --skipna (never a number)
     assert code == 2 and "variable t_500: 12 NaN values" in err, err
     assert not out.exists()
+
+
+def test_an_object_larger_than_its_chunk_is_refused_unread(s3, tmp_path, capsys, client):
+    """A store serving 1 MB under the name of a 48-byte chunk: refused by its size,
+    before its bytes are held (obstore by the size the store gives; fsspec reads
+    one byte past the most any codec stores 48 bytes in), in one line naming the
+    object; nothing written."""
+    _, options = s3
+    url = f"s3://{BUCKET}/inflated.zarr"
+    _many_small_chunks(url, options, n_time=8)
+    import s3fs
+
+    noise = np.random.default_rng(5).bytes(2**20)
+    s3fs.S3FileSystem(**options).pipe(f"{BUCKET}/inflated.zarr/t/c/5/1/0/0", noise)
+    out = tmp_path / "s.nc"
+    code = main(["compute", url, "--output", str(out), "--quiet", *_cli_options(options)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    stored = "1048576" if client == "obstore" else f"more than {48 + 6 + 2**16}"
+    assert (
+        f"inflated.zarr: cannot read object t/c/5/1/0/0: is stored in {stored} bytes, "
+        "more than any codec takes for its declared 48 bytes" in err
+    ), err
+    assert not out.exists()
+
+
+def test_metadata_larger_than_metadata_is_refused_not_read_another_way(
+    s3, tmp_path, capsys, monkeypatch
+):
+    """A metadata object past the bound is one line; the store is not then opened
+    by xarray, which would read it whole (the bound lowered here to 10 bytes)."""
+    _, options = s3
+    url = f"s3://{BUCKET}/bigmeta.zarr"
+    _many_small_chunks(url, options, n_time=4)
+    monkeypatch.setattr("wxstats.storage.decompress.METADATA_BYTES", 10)
+    out = tmp_path / "s.nc"
+    code = main(["compute", url, "--output", str(out), "--quiet", *_cli_options(options)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "bigmeta.zarr: cannot read object zarr.json: is stored in" in err, err
+    assert "more than a metadata object may be (10 bytes)" in err, err
+    assert not out.exists()

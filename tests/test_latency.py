@@ -236,7 +236,7 @@ def test_requests_go_out_in_the_order_they_were_submitted(monkeypatch):
     monkeypatch.setattr(urls, "REQUESTS_IN_FLIGHT", 4)
     sent: list[str] = []
 
-    async def fetch(name: str) -> bytes:
+    async def fetch(name: str, nbytes: int | None) -> bytes:
         sent.append(name)
         for _ in range(len(name) % 3):  # completions in another order than sent
             await asyncio.sleep(0)
@@ -245,7 +245,7 @@ def test_requests_go_out_in_the_order_they_were_submitted(monkeypatch):
     requests = Requests(fetch)
     try:
         blocks = [[f"{b}/{i}" for i in range(300)] for b in "abc"]
-        futures = [requests.submit(names) for names in blocks]
+        futures = [requests.submit(names, [None] * len(names)) for names in blocks]
         for names, fut in zip(blocks, futures, strict=True):
             assert fut.result(timeout=60) == [n.encode() for n in names]
     finally:
@@ -330,10 +330,11 @@ def test_objects_requested_early_that_no_block_reads_are_dropped(store):
     _, url, options, _ = store
     chunks = ChunkStore(url, options)
     try:
-        chunks.request_early(["t/c/0/0/0/0", "t/c/0/1/0/0"])
-        got = chunks.get_many(["t/c/5/0/0/0", "t/c/0/1/0/0"])
+        chunk = 5 * 6 * 4  # float32 (5, 6)
+        chunks.request_early(["t/c/0/0/0/0", "t/c/0/1/0/0"], [chunk, chunk])
+        got = chunks.get_many(["t/c/5/0/0/0", "t/c/0/1/0/0"], [chunk, chunk])
         assert set(got) == {"t/c/5/0/0/0", "t/c/0/1/0/0"} and all(got.values())
         assert chunks._early == {}
-        assert chunks.get_many(["t/c/0/0/0/0"])["t/c/0/0/0/0"]  # requested again, whole
+        assert chunks.get_many(["t/c/0/0/0/0"], [chunk])["t/c/0/0/0/0"]  # requested again
     finally:
         chunks.close()

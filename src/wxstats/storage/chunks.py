@@ -209,6 +209,7 @@ class ChunkReader:
         nbytes = sum(self._slab_bytes(r) for r in reqs)
         plans = [(r, self._chunks(r)) for r in reqs if self._array(r.name).codec]
         owner = [(r, shared) for r, plan in plans for _, _, _, shared in plan]
+        sizes = [_chunk_bytes(self._array(r.name)) for r, _ in owner]
         halo = {key for key, (_, shared) in zip(keys, owner, strict=True) if shared}
 
         def arrived(index: int, data: Any) -> Any:
@@ -247,7 +248,9 @@ class ChunkReader:
                 left = [k for k in keys if requested.get(k) == block]
                 elsewhere.update(fetched_elsewhere(self._ahead[block].fetched, left))
             fetched = self.store.fetch(
-                [keys[i] for i in wanted], lambda j, data: arrived(wanted[j], data)
+                [keys[i] for i in wanted],
+                [sizes[i] for i in wanted],
+                lambda j, data: arrived(wanted[j], data),
             )
             requested = {keys[i] for i in wanted}
             self._ahead[keys] = _Ahead(fetched, nbytes, halo, requested, elsewhere)
@@ -294,14 +297,16 @@ class ChunkReader:
                 tasks.append((req, key, stored, dst, src, shared))
         fetched = None
         if not self.store.local:
-            keys = tuple(task[1] for task in tasks if task[1] is not None)  # as _keys(reqs)
+            mine = [task for task in tasks if task[1] is not None]
+            keys = tuple(task[1] for task in mine)  # as _keys(reqs)
             with self._lock:
                 ahead = self._ahead.pop(keys, None)
                 self._ahead_bytes -= 0 if ahead is None else ahead.nbytes
             if ahead is not None:
                 fetched = {**ahead.elsewhere, **ahead.fetched.result()}
             else:
-                fetched = self.store.get_many(list(keys))
+                sizes = [_chunk_bytes(self._array(task[0].name)) for task in mine]
+                fetched = self.store.get_many(list(keys), sizes)
         # a few runs of chunks per thread, not a future per chunk: for small chunks the
         # future cost more than the chunk (5000 chunks of 80 bytes: 0.41 s, 0.24 s so)
         size = max(1, -(-len(tasks) // (TASKS_PER_THREAD * self.threads)))
@@ -348,9 +353,9 @@ class ChunkReader:
             elif key in fetched:
                 data = fetched[key]
                 if isinstance(data, FetchedElsewhere):  # decoded here first: its bytes
-                    data = data.get(lambda: self.store.get_many([key])[key])
+                    data = data.get(lambda: self.store.get_many([key], [nbytes])[key])
             else:  # a halo chunk of a block decoded already, whose values were not kept
-                data = self.store.get_many([key])[key]
+                data = self.store.get_many([key], [nbytes])[key]
         except OSError as exc:
             raise InputError(f"{where}: cannot read object {key}: {first_line(exc)}") from None
         except TooLarge as exc:  # stored too large, or a format's own filters inflated it

@@ -66,13 +66,30 @@ Decoder = Callable[[Any, int], Any]
 size is ``nbytes``, as a bytes-like buffer of exactly that size."""
 
 
+METADATA_BYTES = 64 * 2**20
+"""The most bytes of a metadata object (``zarr.json``, ``.zmetadata``) fetched from
+an object store: the consolidated metadata of thousands of arrays is a few MiB."""
+
+
 class TooLarge(ValueError):
     """A chunk object that decodes past its declared size (or is stored in more
-    bytes than any codec would take for it); its text follows the chunk's name."""
+    bytes than any codec would take for it; ``nbytes`` ``None``: a metadata object
+    larger than :data:`METADATA_BYTES`); its text follows the chunk's name."""
 
-    def __init__(self, nbytes: int, claimed: int | None = None, stored: int | None = None):
-        if stored is not None:
-            text = f"is stored in {stored} bytes, more than any codec takes for its declared "
+    def __init__(
+        self,
+        nbytes: int | None,
+        claimed: int | None = None,
+        stored: int | None = None,
+        partly: bool = False,
+    ) -> None:
+        if stored is not None:  # ``partly``: a range read stopped one byte past the limit
+            size = f"more than {stored - 1}" if partly else f"{stored}"
+            if nbytes is None:
+                text = f"is stored in {size} bytes, more than a metadata object may be"
+                super().__init__(f"{text} ({METADATA_BYTES} bytes)")
+                return
+            text = f"is stored in {size} bytes, more than any codec takes for its declared "
             super().__init__(f"{text}{nbytes} bytes")
             return
         said = f" (its header says {claimed} bytes)" if claimed is not None else ""
@@ -85,6 +102,21 @@ def stored_limit(nbytes: int) -> int:
     larger object (a sparse file of terabytes named as a chunk) is refused before
     it is read."""
     return nbytes + nbytes // 8 + 2**16
+
+
+def object_limit(nbytes: int | None) -> int:
+    """The most stored bytes fetched of an object whose declared decoded size is
+    ``nbytes`` (``None``: a metadata object): an object store's answer is read
+    no further, so that a store serving terabytes under a chunk's name costs
+    no more memory than the chunk."""
+    return METADATA_BYTES if nbytes is None else stored_limit(nbytes)
+
+
+def check_stored(size: int, nbytes: int | None, partly: bool = False) -> None:
+    """Refuse an object stored in more than :func:`object_limit` bytes (``partly``:
+    ``size`` bytes of it were read, up to one past the limit)."""
+    if size > object_limit(nbytes):
+        raise TooLarge(nbytes, stored=size, partly=partly)
 
 
 def _short(got: int, nbytes: int) -> ValueError:

@@ -57,9 +57,18 @@ class ChunkSource(Protocol):
         bytes than any codec takes for that is refused unread
         (:class:`.decompress.TooLarge`)."""
 
-    def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]: ...
+    def get_many(
+        self, keys: list[str], sizes: list[int] | None = None
+    ) -> dict[str, bytes | np.ndarray | None]:
+        """Chunk objects ``keys`` of declared decoded ``sizes``: a remote one is read
+        no further than any codec would store that in (:func:`.decompress.object_limit`)."""
 
-    def fetch(self, keys: list[str], arrived: Callable[[int, Any], Any] | None = None) -> Future:
+    def fetch(
+        self,
+        keys: list[str],
+        sizes: list[int] | None = None,
+        arrived: Callable[[int, Any], Any] | None = None,
+    ) -> Future:
         """A remote store's ``get_many``, later (requested now, in the background);
         ``arrived(index, data)`` gives what it holds for each object found."""
 

@@ -119,7 +119,10 @@ class Hdf5ChunkStore:
             data = inflate(data, nbytes) if code == _DEFLATE else unshuffle(data, itemsize)
         return data
 
-    def get_many(self, keys: list[str]) -> dict[str, bytes | np.ndarray | None]:
+    def get_many(
+        self, keys: list[str], sizes: list[int] | None = None
+    ) -> dict[str, bytes | np.ndarray | None]:
+        """The chunks ``keys`` (each stored size checked by :meth:`get` against the index)."""
         return {key: self.get(key) for key in keys}
 
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:

@@ -22,8 +22,10 @@ class Requests:
     order they were submitted: a block read ahead queues behind the block before
     it, and its requests go out as that one's finish, so the pipe stays full
     across blocks while the kernel sums the block before, and the block the
-    kernel needs next is the first whole. ``fetch`` (a coroutine function of an
-    object's name) returns its bytes, ``None`` where it does not exist."""
+    kernel needs next is the first whole. ``fetch(name, nbytes)`` (a coroutine
+    function) returns an object's bytes, ``None`` where it does not exist, and
+    reads no further than :func:`.decompress.object_limit` of its declared decoded
+    size ``nbytes`` (``None``: a metadata object)."""
 
     def __init__(self, fetch: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.fetch = fetch
@@ -44,21 +46,25 @@ class Requests:
         # kernel work all after the last response, and every block held at once)
         self._queue: collections.deque[asyncio.Future] = collections.deque()
 
-    def submit(self, names: list[str], arrived: Any = None) -> Future:
-        """The objects ``names`` (a list: bytes, ``None`` or the exception), later;
-        ``arrived(index, data)``, called as each object found arrives, gives what
-        the list holds instead of its bytes (a decode started at once)."""
-        return asyncio.run_coroutine_threadsafe(self._all(names, arrived), self.loop)
+    def submit(self, names: list[str], sizes: list[int | None], arrived: Any = None) -> Future:
+        """The objects ``names`` of declared decoded ``sizes`` (a list: bytes,
+        ``None`` or the exception), later; ``arrived(index, data)``, called as
+        each object found arrives, gives what the list holds instead of its bytes
+        (a decode started at once)."""
+        coro = self._all(names, sizes, arrived)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def submit_each(self, names: list[str]) -> list[Future]:
+    def submit_each(self, names: list[str], sizes: list[int | None]) -> list[Future]:
         """The objects ``names``, one future each (bytes, ``None`` or the
         exception), queued in this order; cancelling one cancels its request."""
         return [
-            asyncio.run_coroutine_threadsafe(self._one(name, 0, None), self.loop) for name in names
+            asyncio.run_coroutine_threadsafe(self._one(name, nbytes, 0, None), self.loop)
+            for name, nbytes in zip(names, sizes, strict=True)
         ]
 
-    async def _all(self, names: list[str], arrived: Any) -> list[Any]:
-        return await asyncio.gather(*(self._one(n, i, arrived) for i, n in enumerate(names)))
+    async def _all(self, names: list[str], sizes: list[int | None], arrived: Any) -> list[Any]:
+        pairs = enumerate(zip(names, sizes, strict=True))
+        return await asyncio.gather(*(self._one(n, b, i, arrived) for i, (n, b) in pairs))
 
     async def _slot(self) -> None:
         """Wait for a slot (counted in ``_active`` when this returns)."""
@@ -83,10 +89,10 @@ class Requests:
                 self._active += 1
                 turn.set_result(None)
 
-    async def _one(self, name: str, index: int, arrived: Any) -> Any:
+    async def _one(self, name: str, nbytes: int | None, index: int, arrived: Any) -> Any:
         await self._slot()
         try:
-            data = await self.fetch(name)
+            data = await self.fetch(name, nbytes)
             return data if arrived is None or data is None else arrived(index, data)
         except FileNotFoundError:
             return None

@@ -19,7 +19,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkReader
-from wxstats.storage.decompress import TooLarge, bounded, stored_limit
+from wxstats.storage.decompress import TooLarge, bounded, check_stored, object_limit, stored_limit
 from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
 from wxstats.storage.requests import Requests
@@ -52,6 +52,18 @@ def chunk_codec(arr: Any) -> ChunkCodec | None:
     return ChunkCodec(bounded(getattr(numcodecs, name)()), dtype) if name else None
 
 
+class RefusedObject(InputError):
+    """An object larger than its declared size allows (:func:`.decompress.check_stored`):
+    refused, never read whole another way."""
+
+
+def _unreadable(path: str, key: str, why: BaseException) -> InputError:
+    """The one line for an object that could not be read."""
+    if isinstance(why, TooLarge):  # its text follows the object's name
+        return RefusedObject(f"{path}: cannot read object {key}: {why}")
+    return InputError(f"{path}: cannot read object {key}: {first_line(why)}")
+
+
 class ChunkStore:
     """Where chunk objects come from: a local folder, an obstore store (S3 with
     known credentials, when obstore is installed) or an fsspec filesystem
@@ -72,8 +84,7 @@ class ChunkStore:
             self.fs, root = url_to_fs(path, **read_options(path, storage_options))
             self.root = root.rstrip("/")
             if getattr(self.fs, "async_impl", False):  # s3fs, gcsfs, adlfs, http
-                fs, root = self.fs, self.root
-                self.requests = Requests(lambda key: fs._cat_file(f"{root}/{key}"), fs.loop)
+                self.requests = Requests(_fsspec_fetch(self.fs, self.root), self.fs.loop)
 
     @property
     def local(self) -> bool:
@@ -90,13 +101,15 @@ class ChunkStore:
         except FileNotFoundError:
             return None
 
-    def request_early(self, keys: list[str]) -> None:
+    def request_early(self, keys: list[str], sizes: list[int]) -> None:
         """Request ``keys`` before the reader asks for them (the first block's objects,
         sent with the coordinates' when the store is opened: :mod:`.zarropen`). The
         next :meth:`fetch` takes those it names and drops the others (a rank whose
-        first block is another, a run that starts later): held no longer than that."""
+        first block is another, a run that starts later): held no longer than that.
+        ``sizes``: their declared decoded bytes (see :meth:`fetch`)."""
         if self.requests is not None and keys:
-            self._early = dict(zip(keys, self.requests.submit_each(keys), strict=True))
+            early = self.requests.submit_each(keys, list(sizes))
+            self._early = dict(zip(keys, early, strict=True))
 
     def drop_early(self) -> None:
         """Cancel the objects requested early that no fetch took (see
@@ -106,14 +119,17 @@ class ChunkStore:
         for fut in early.values():
             fut.cancel()
 
-    def fetch(self, keys: list[str], arrived: Any = None) -> Future:
+    def fetch(self, keys: list[str], sizes: list[int] | None = None, arrived: Any = None) -> Future:
         """Remote chunk objects (a dict by key, ``None`` where missing), later: their
         requests share the store's requests in flight (:class:`Requests`), and
-        ``arrived(index, data)`` gives what the dict holds for each found object."""
+        ``arrived(index, data)`` gives what the dict holds for each found object.
+        ``sizes``: each object's declared decoded bytes, of which no more than
+        :func:`.decompress.object_limit` is read (``None``: metadata objects)."""
+        bounds: list[int | None] = [None] * len(keys) if sizes is None else list(sizes)
         if self.requests is None:  # a filesystem without async requests: its cat
             done: Future = Future()
             try:
-                done.set_result(self._cat(keys))
+                done.set_result(self._cat(keys, bounds))
             except BaseException as exc:  # noqa: BLE001 (raised by result())
                 done.set_exception(exc)
             return done
@@ -136,9 +152,7 @@ class ChunkStore:
             result = {}
             for key, value in zip(keys, values, strict=True):
                 if isinstance(value, BaseException):
-                    out.set_exception(
-                        InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
-                    )
+                    out.set_exception(_unreadable(self.path, key, value))
                     return
                 result[key] = value
             out.set_result(result)
@@ -163,32 +177,38 @@ class ChunkStore:
             finished()
 
         later = None if arrived is None else (lambda j, data: arrived(rest[j], data))
-        self.requests.submit([keys[i] for i in rest], later).add_done_callback(others)
+        wanted = self.requests.submit([keys[i] for i in rest], [bounds[i] for i in rest], later)
+        wanted.add_done_callback(others)
         for i, fut in taken.items():
             fut.add_done_callback(lambda fut, i=i: one(i, fut))
         return out
 
-    def get_many(self, keys: list[str]) -> dict[str, Any]:
+    def get_many(self, keys: list[str], sizes: list[int] | None = None) -> dict[str, Any]:
         """Remote chunk objects, all requested at once (see :meth:`fetch`)."""
-        return self.fetch(keys).result()
+        return self.fetch(keys, sizes).result()
 
-    def _cat(self, keys: list[str]) -> dict[str, Any]:
+    def _cat(self, keys: list[str], sizes: list[int | None]) -> dict[str, Any]:
         urls = [f"{self.root}/{k}" for k in keys]
+        ends = [object_limit(n) + 1 for n in sizes]  # one byte past: too large is seen
         try:
-            found = self.fs.cat(urls, on_error="return")
+            found = self.fs.cat_ranges(urls, [0] * len(urls), ends, on_error="return")
         except Exception as exc:  # the endpoint itself: unreachable, refused, no credentials
             raise InputError(
                 f"{self.path}: cannot read objects {keys[0]}...: {first_line(exc)}"
             ) from None
         out: dict[str, bytes | None] = {}
-        for key, url in zip(keys, urls, strict=True):
-            value = found.get(url, FileNotFoundError(url))
+        for key, value, nbytes in zip(keys, found, sizes, strict=True):
             if isinstance(value, FileNotFoundError):
                 out[key] = None
-            elif isinstance(value, BaseException):
-                raise InputError(f"{self.path}: cannot read object {key}: {first_line(value)}")
-            else:
-                out[key] = value
+                continue
+            if not isinstance(value, BaseException):
+                try:
+                    check_stored(len(value), nbytes, partly=True)
+                except TooLarge as exc:
+                    value = exc
+            if isinstance(value, BaseException):
+                raise _unreadable(self.path, key, value)
+            out[key] = value
         return out
 
     def will_need(self, keys: list[str], spans: list[tuple[int, int]] = ()) -> None:
@@ -213,17 +233,34 @@ class ChunkStore:
 
 
 def _obstore_fetch(store: Any, prefix: str) -> Any:
-    """The coroutine function fetching one chunk object by obstore (its Rust
-    client, the buffer kept as obstore gives it)."""
+    """The coroutine function fetching one object by obstore (its Rust client, the
+    buffer kept as obstore gives it): refused by its size before its body is read
+    when larger than :func:`.decompress.object_limit` allows."""
     import obstore
     from obstore.exceptions import NotFoundError
 
-    async def fetch(key: str) -> Any:
+    async def fetch(key: str, nbytes: int | None) -> Any:
         try:
             found = await obstore.get_async(store, f"{prefix}/{key}" if prefix else key)
-            return await found.bytes_async()
         except NotFoundError:
             return None
+        check_stored(int(found.meta["size"]), nbytes)
+        data = await found.bytes_async()
+        check_stored(len(data), nbytes)
+        return data
+
+    return fetch
+
+
+def _fsspec_fetch(fs: Any, root: str) -> Any:
+    """The coroutine function fetching one object by an async fsspec filesystem:
+    its bytes up to one past :func:`.decompress.object_limit` (a range request),
+    so that an object larger than its declared size is refused, not held."""
+
+    async def fetch(key: str, nbytes: int | None) -> Any:
+        data = await fs._cat_file(f"{root}/{key}", start=0, end=object_limit(nbytes) + 1)
+        check_stored(len(data), nbytes, partly=True)
+        return data
 
     return fetch
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.storage.urls import read_options
-from wxstats.storage.zarrchunks import ChunkStore, chunk_codec
+from wxstats.storage.zarrchunks import ChunkStore, RefusedObject, chunk_codec
 
 METADATA = ("zarr.json", ".zmetadata", ".zgroup", ".zattrs")
 """The objects zarr asks for first when it opens a group of either format
@@ -144,10 +144,14 @@ def open_remote(
         remote = FsspecStore.from_url(url, storage_options=options, read_only=True)
         store = _prefetched()(remote, found)
         group = zarr.open_group(store, mode="r")
-        opening = chunks.fetch(opening_keys(group, time_dim))
+        keys, sizes = _unzip(opening_keys(group, time_dim))
+        opening = chunks.fetch(keys, sizes)
         if early is not None:
-            chunks.request_early(first_keys(group, time_dim, early))
+            chunks.request_early(*_unzip(first_keys(group, time_dim, early)))
         found.update(opening.result())
+    except RefusedObject:  # larger than declared: not to be read whole another way
+        chunks.close()
+        raise
     except Exception:  # noqa: BLE001 - xarray opens it the usual way, and says why
         chunks.close()
         return None
@@ -162,16 +166,21 @@ def _dims(arr: Any) -> tuple[str, ...] | None:
     return tuple(map(str, names))
 
 
-def opening_keys(group: Any, time_dim: str) -> list[str]:
+def _unzip(pairs: list[tuple[str, int]]) -> tuple[list[str], list[int]]:
+    return [k for k, _ in pairs], [n for _, n in pairs]
+
+
+def opening_keys(group: Any, time_dim: str) -> list[tuple[str, int]]:
     """The chunk objects of what is read when the store is opened and planned:
     every dimension coordinate (xarray's indexes), coordinates along time named
     in an array's ``coordinates`` attribute (decoded at opening), and the arrays
     without ``time_dim`` (coordinates, static fields, mllam-data-prep's
     splits), each within :data:`ARRAY_BYTES`; never a sharded array's, nor the
-    data with time, which the chunk reader fetches."""
+    data with time, which the chunk reader fetches. Each with its declared
+    decoded bytes (what bounds its fetch)."""
     arrays = dict(group.arrays())
     named = {c for arr in arrays.values() for c in str(arr.attrs.get("coordinates", "")).split()}
-    keys: list[str] = []
+    keys: list[tuple[str, int]] = []
     total = 0
     for name, arr in arrays.items():
         dims = _dims(arr)
@@ -187,18 +196,25 @@ def opening_keys(group: Any, time_dim: str) -> list[str]:
         if len(keys) + count > MOST_OBJECTS:
             continue
         total += nbytes
-        prefix = f"{arr.path}/" if arr.path else ""
-        encode = arr.metadata.encode_chunk_key
-        keys.extend(prefix + encode(coords) for coords in itertools.product(*grid))
+        keys.extend(_chunk_keys(arr, grid))
     return keys
 
 
-def first_keys(group: Any, time_dim: str, early: Early) -> list[str]:
+def _chunk_keys(arr: Any, grid: list[range]) -> list[tuple[str, int]]:
+    """The keys of ``arr``'s chunks at the chunk coordinates ``grid`` spans, each
+    with a chunk's declared decoded bytes."""
+    prefix = f"{arr.path}/" if arr.path else ""
+    encode = arr.metadata.encode_chunk_key
+    nbytes = math.prod(arr.chunks) * np.dtype(arr.dtype).itemsize
+    return [(prefix + encode(coords), nbytes) for coords in itertools.product(*grid)]
+
+
+def first_keys(group: Any, time_dim: str, early: Early) -> list[tuple[str, int]]:
     """The chunk objects of the first time chunk of each data array along
     ``time_dim`` that the chunk reader decodes (the run's first block reads them:
     see the module doc), within ``early.nbytes``, in the store's order."""
     named = {c for _, arr in group.arrays() for c in str(arr.attrs.get("coordinates", "")).split()}
-    keys: list[str] = []
+    keys: list[tuple[str, int]] = []
     total = 0
     for name, arr in group.arrays():
         dims = _dims(arr)
@@ -216,7 +232,5 @@ def first_keys(group: Any, time_dim: str, early: Early) -> list[str]:
         if total + nbytes > early.nbytes or len(keys) + count > MOST_OBJECTS:
             break
         total += nbytes
-        prefix = f"{arr.path}/" if arr.path else ""
-        encode = arr.metadata.encode_chunk_key
-        keys.extend(prefix + encode(coords) for coords in itertools.product(*grid))
+        keys.extend(_chunk_keys(arr, grid))
     return keys
