@@ -21,9 +21,10 @@ interleaved rounds, min and median:
   step-1 difference per level, one ``dask.compute``;
 
 (the peers once, at the first delay only: 40-130 s at 100 ms). wxstats' row is
-also given from its first chunk request ("after opening": the metadata, then
-every coordinate's chunk objects together, before it: two round trips, which
-the proxy counts), as the limit starts with the list of keys in hand. With
+also given from its first chunk request ("after opening": the metadata objects
+before it, one round trip, which the proxy counts; every coordinate's chunk
+objects then leave with the first block's), as the limit starts with the list
+of keys in hand. With
 ``--xarray-opening``, each round also runs wxstats opening the store as it did
 before (xarray alone: the metadata, then each coordinate one after the other,
 and the chunk reader's own opening of the group: ~8 round trips), interleaved.
