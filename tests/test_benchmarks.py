@@ -342,3 +342,29 @@ def test_bench_cpu_breaks_the_run_down_into_stages_that_add_up(tmp_path):
     stages = [float(re.search(rf"{s}\s+(-?[0-9.]+) CPU-s", text).group(1))
               for s in ("decode", "copy", "kernel", "exact sums", "other")]  # fmt: skip
     assert total > 0 and stages[0] > 0 and abs(sum(stages) - total) <= 0.011 * len(stages)
+    rows = ("floor: float64 sums alone", "floor, in cache", "memory pass: float32 sum")
+    floors = [float(re.search(rf"{re.escape(r)}\s+([0-9.]+) CPU-s", text).group(1)) for r in rows]
+    assert all(f >= 0 for f in floors), text
+    with_read = float(re.search(r"numcodecs read \+ decode\s+([0-9.]+) CPU-s", text).group(1))
+    for name, first in (("decode inside wxstats", stages[0]), (r"read \+ decode", with_read)):
+        line = re.search(rf"{name} \+ floor = ([0-9.]+) \+ ([0-9.]+) = ([0-9.]+) CPU-s", text)
+        decode, added, least = map(float, line.groups())
+        assert decode == first and added == floors[0] and abs(decode + added - least) <= 0.011
+
+
+def test_bench_cpu_floor_sums_are_the_four_sums_of_each_feature(monkeypatch):
+    """The floor sums what the kernel must at the least: per feature, the values,
+    their squares, the step-1 differences and their squares (numpy float64 here)."""
+    import numpy as np
+
+    monkeypatch.setattr("sys.path", [str(BENCHMARKS), *sys.path])
+    import bench_cpu
+
+    x = np.random.default_rng(1).standard_normal((7, 3, 101), dtype=np.float32)  # a tail too
+    out = np.zeros((3, 4))
+    bench_cpu.floor_sums(x, out)
+    v = x.astype(np.float64)
+    d = np.diff(v, axis=0)
+    want = np.stack([v.sum((0, 2)), (v * v).sum((0, 2)), d.sum((0, 2)), (d * d).sum((0, 2))], 1)
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-9)
+    assert bench_cpu.read_once(x) == pytest.approx(float(v.sum()), abs=1e-3)
