@@ -18,7 +18,9 @@ The chunk objects of the run's first block need no coordinate value: where the
 run reads from the first step (no period, no splits), the first time chunk of
 each array it reads is requested together with the coordinates' (:class:`Early`),
 so the second round trip fetches data too (at 100 ms, a tenth of a 2.7 s read).
-The reader's first fetch takes them (:meth:`.ChunkStore.request_early`).
+The reader's first fetch takes them (:meth:`.ChunkStore.request_early`); a run
+refused after opening (its outputs, its options) cancels them when the store
+closes: at most one block's bytes, each bounded by its declared size.
 """
 
 from __future__ import annotations
