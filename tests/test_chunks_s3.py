@@ -233,3 +233,24 @@ def test_metadata_larger_than_metadata_is_refused_not_read_another_way(
     assert "bigmeta.zarr: cannot read object zarr.json: is stored in" in err, err
     assert "more than a metadata object may be (10 bytes)" in err, err
     assert not out.exists()
+
+
+def test_an_arrays_metadata_past_the_bound_is_refused_too(s3, tmp_path, capsys, monkeypatch):
+    """A store without consolidated metadata: each array's ``zarr.json`` is read
+    when the store is opened, after the first objects, within the same bound."""
+    import s3fs
+
+    _, options = s3
+    url = f"s3://{BUCKET}/arraymeta.zarr"
+    _many_small_chunks(url, options, n_time=4)  # consolidated=False
+    fs = s3fs.S3FileSystem(**options)
+    root, array = (fs.size(f"{BUCKET}/arraymeta.zarr/{k}") for k in ("zarr.json", "t/zarr.json"))
+    assert root + 10 < array
+    monkeypatch.setattr("wxstats.storage.decompress.METADATA_BYTES", root + 10)
+    out = tmp_path / "s.nc"
+    code = main(["compute", url, "--output", str(out), "--quiet", *_cli_options(options)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "arraymeta.zarr: cannot read object " in err and "/zarr.json: is stored in more" in err
+    assert f"more than a metadata object may be ({root + 10} bytes)" in err, err
+    assert not out.exists()

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from wxstats.storage.decompress import TooLarge, object_limit
 from wxstats.storage.urls import read_options
 from wxstats.storage.zarrchunks import ChunkStore, RefusedObject, chunk_codec
 
@@ -71,23 +72,31 @@ def _prefetched() -> type:
     (zarr is imported where a remote store is opened, not at start-up), found by
     pickle as this module's ``Prefetched`` (a dask graph of a static variable
     holds it), and pickled without the objects: a copy reads them again."""
+    from zarr.abc.store import RangeByteRequest
     from zarr.storage import WrapperStore
 
     class Prefetched(WrapperStore):
-        def __init__(self, store: Any, found: dict[str, Any]) -> None:
+        def __init__(self, store: Any, found: dict[str, Any], url: str = "") -> None:
             super().__init__(store)
-            self.found = found
+            self.found, self.url = found, url
 
         def _with_store(self, store: Any) -> Any:
-            return type(self)(store, self.found)
+            return type(self)(store, self.found, self.url)
 
         async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
             if byte_range is None and key in self.found:
                 data = self.found[key]
                 return None if data is None else prototype.buffer.from_bytes(data)
-            data = await self._store.get(key, prototype, byte_range)
-            if byte_range is None and key.rsplit("/", 1)[-1] in _METADATA_NAMES:
-                self.found[key] = None if data is None else data.to_bytes()
+            if byte_range is not None or key.rsplit("/", 1)[-1] not in _METADATA_NAMES:
+                return await self._store.get(key, prototype, byte_range)
+            # an array's metadata (a store without consolidated metadata): read no
+            # further than a metadata object may be, as the first objects were
+            limit = object_limit(None)
+            data = await self._store.get(key, prototype, RangeByteRequest(0, limit + 1))
+            if data is not None and len(data) > limit:
+                too_large = TooLarge(None, stored=len(data), partly=True)
+                raise RefusedObject(f"{self.url}: cannot read object {key}: {too_large}")
+            self.found[key] = None if data is None else data.to_bytes()
             return data
 
         async def exists(self, key: str) -> bool:
@@ -96,7 +105,7 @@ def _prefetched() -> type:
             return await self._store.exists(key)
 
         def __getstate__(self) -> dict[str, Any]:
-            return {"_store": self._store, "found": {}}
+            return {"_store": self._store, "found": {}, "url": self.url}
 
     Prefetched.__qualname__ = "Prefetched"
     return Prefetched
@@ -144,7 +153,7 @@ def open_remote(
 
         options = read_options(url, storage_options)
         remote = FsspecStore.from_url(url, storage_options=options, read_only=True)
-        store = _prefetched()(remote, found)
+        store = _prefetched()(remote, found, url)
         group = zarr.open_group(store, mode="r")
         keys, sizes = _unzip(opening_keys(group, time_dim))
         opening = chunks.fetch(keys, sizes)
