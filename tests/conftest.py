@@ -56,12 +56,16 @@ def meps_copy(meps_small, tmp_path) -> Path:
 _SHARING_THE_MACHINE = {"test_slurm": "hosts", "test_multinode": "hosts"}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """scripts/test.sh runs the suite on two workers (pytest-xdist, ``--dist
     loadgroup``): each module goes whole to one worker, so its module fixtures (a
     cluster, a Slurm, an environment) are made once and its tests keep their order,
     and the modules in :data:`_SHARING_THE_MACHINE` go to the same worker. Without
-    xdist the marks do nothing."""
+    xdist the marks do nothing. ``tryfirst``: xdist's worker reads the marks in its
+    own hook of this name (it appends the group to each test's id, which is what
+    ``loadgroup`` distributes by); run after it, as this conftest's hook did, the
+    marks came too late and every test went to either worker on its own."""
     for item in items:
         module = item.module.__name__ if item.module is not None else item.nodeid
         item.add_marker(pytest.mark.xdist_group(_SHARING_THE_MACHINE.get(module, module)))

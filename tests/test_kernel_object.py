@@ -6,11 +6,14 @@ or unwritable store costs time, never a wrong number."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -58,8 +61,28 @@ def _run(cache: Path | str) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@dataclass(frozen=True)
+class _Store:
+    cache: Path  # read only: a test that changes a store changes a copy
+    doctor_before: str  # ``wxstats doctor`` on the folder before the first process
+    first: dict  # what the first process, which compiled and stored, printed
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> _Store:
+    """The store one first process compiled (numba: the longest step of this module)
+    and filled, made once for the tests that link from it or damage a copy of it."""
+    from wxstats.cli import main
+
+    cache = tmp_path_factory.mktemp("store") / "kernels"
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()) as out:
+        mp.setenv("WXSTATS_KERNEL_CACHE", str(cache))
+        assert main(["doctor"]) == 0
+    return _Store(cache, out.getvalue(), _run(cache))
+
+
 def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(
-    tmp_path, monkeypatch, capsys
+    store, monkeypatch, capsys
 ):
     """First process: compiles (numba) and stores one object per dtype; second:
     links them alone, never imports numba, and sums float32 with NaN, weighted,
@@ -67,11 +90,8 @@ def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(
     store holds for this machine."""
     from wxstats.cli import main
 
-    cache = tmp_path / "kernels"
-    monkeypatch.setenv("WXSTATS_KERNEL_CACHE", str(cache))
-    assert main(["doctor"]) == 0
-    assert f"compiled kernel stored in {cache} for none yet" in capsys.readouterr().out
-    first = _run(cache)
+    cache, first = store.cache, store.first
+    assert f"compiled kernel stored in {cache} for none yet" in store.doctor_before
     assert first["same"] and first["numba"]
     stored = sorted(p.name.split("-")[1] for p in cache.glob("kernel-*.o"))
     assert stored == ["f4", "f8", "i2"], stored
@@ -79,18 +99,22 @@ def test_a_stored_kernel_is_linked_without_numba_and_gives_the_twins_bits(
     assert second["same"], "the linked kernel's bits differ from the twin's"
     assert not second["numba"], "numba was imported although the kernel was stored"
     assert second["digests"] == first["digests"]
+    monkeypatch.setenv("WXSTATS_KERNEL_CACHE", str(cache))
     assert main(["doctor", "--json"]) == 0
     kernel = json.loads(capsys.readouterr().out)["kernel"]
     assert kernel == {"folder": str(cache), "this_machine": ["float32", "float64", "int16"],
                       "files": 3}  # fmt: skip
 
 
-def test_a_damaged_store_is_compiled_again_never_linked(tmp_path):
+def test_a_damaged_store_is_compiled_again_never_linked(store, tmp_path):
     """A stored object whose bytes changed (a disk error, a foreign file of that
     name) is not linked (LLVM might abort on it): compiled again, same bits, and
     replaced by a good one."""
     cache = tmp_path / "kernels"
-    good = _run(cache)
+    shutil.copytree(store.cache, cache)  # a copy of the good store, modes kept (private)
+    good = store.first
+    assert sorted(p.name.split("-")[1] for p in cache.glob("kernel-*.o")) == ["f4", "f8", "i2"]
+    assert not _run(cache)["numba"], "the copied store is not linked as it is"
     for path in cache.glob("kernel-*.o"):
         data = bytearray(path.read_bytes())
         data[-100] ^= 0xFF
@@ -125,14 +149,12 @@ def test_the_stored_name_carries_the_cpu_and_numbas_settings(monkeypatch):
     assert stored._key(np.dtype(np.float64)) != plain
 
 
-def test_the_symbols_an_object_needs_are_read_as_nm_reads_them(tmp_path):
+def test_the_symbols_an_object_needs_are_read_as_nm_reads_them(store, tmp_path):
     """The loader refuses an object whose symbols this process lacks (LLVM would
     abort the process instead): its ELF reader agrees with binutils' ``nm -u``."""
     from wxstats.core.kernel import elf
 
-    cache = tmp_path / "kernels"
-    _run(cache)
-    blob = next(cache.glob("kernel-f4-*.o")).read_bytes()
+    blob = next(store.cache.glob("kernel-f4-*.o")).read_bytes()
     head, _, code = blob.partition(b"\n")
     assert set(json.loads(head)) == {"sha256"}, "the header names nothing to link or call"
     listed = elf.undefined_symbols(code)
