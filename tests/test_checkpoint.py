@@ -977,7 +977,7 @@ def test_anemoi_resume_with_another_block_size(tmp_path, monkeypatch):
 
     path = tmp_path / "an.zarr"
     data = make_dataset(path)  # 23 six-hourly dates, one per chunk; window: dates 0..17
-    step = 3 * 2 * 30 * 4  # bytes of a date
+    step = 3 * 2 * 30 * 4 + step_bytes(3, 3)  # a date's bytes, and the kernel's (lags 1, 3)
 
     def args(out, steps, *extra):
         mb = f"{(steps + 0.5) * step / 2**20:.10f}"
