@@ -137,13 +137,15 @@ def test_opening_the_store_waits_two_round_trips(store, client, monkeypatch):
     proxy.reset(gather=4, gather_only="/c/0 HTTP")
     stats = compute(url, diff_steps=(1,), threads=2, storage_options=options)
     assert not proxy.timed_out, "the coordinates' objects were not in flight together"
-    first = next(i for i, (_, line) in enumerate(proxy.lines) if "/coords.zarr/t/c/" in line)
-    opening = [line.split()[1] for _, line in proxy.lines[:first]]
-    assert max(Counter(opening).values()) == 1, Counter(opening).most_common(3)
-    assert {f"/{BUCKET}/coords.zarr/{c}/c/0" for c in ("time", "level", "lat", "lon")} <= set(
-        opening
-    ), opening
-    assert proxy.rounds[first] - 1 <= 2, list(zip(proxy.rounds, opening, strict=False))
+    # (the first block's objects leave with the coordinates': before or after them)
+    sent = [(line.split()[1], r) for (_, line), r in zip(proxy.lines, proxy.rounds, strict=True)]
+    opening = [(get, r) for get, r in sent if "/coords.zarr/t/c/" not in get]
+    gets = Counter(get for get, _ in opening)
+    assert max(gets.values()) == 1, gets.most_common(3)
+    coords = {f"/{BUCKET}/coords.zarr/{c}/c/0" for c in ("time", "level", "lat", "lon")}
+    assert coords <= set(gets) and all(r <= 2 for get, r in opening if get in coords), opening
+    first = min(r for get, r in sent if "/coords.zarr/t/c/" in get)
+    assert first - 1 <= 2, sent[:12]
     truth = values.astype(np.float64).transpose(0, 2, 3, 1).reshape(12, 20, 2)
     assert_stream_matches(stats.streams["t__train"], reference(truth, 0, 12, (1,)))
     # a dask graph of a variable so opened is pickled to a cluster's workers, and read there
