@@ -181,6 +181,29 @@ def test_remote_url_through_fsspec(data):
         fsspec.filesystem("memory").rm("/wxstats-test", recursive=True)
 
 
+def test_an_oversized_object_of_a_filesystem_without_async_requests_is_refused(data):
+    """fsspec's memory filesystem answers one batch at a time (no async requests):
+    it too reads a chunk object no further than one byte past the most any codec
+    stores its declared chunk in, and refuses it in one line naming it."""
+    fsspec = pytest.importorskip("fsspec")
+    _, ds, _ = data
+    mapper = fsspec.get_mapper("memory://wxstats-big/g.zarr")
+    enc = {"t2m": {"chunks": (10, 6, 7)}}
+    ds[["t2m"]].to_zarr(mapper, mode="w", zarr_format=2, consolidated=True, encoding=enc)
+    declared = 10 * 6 * 7 * 4  # a chunk of 10 steps of 6 x 7 float32
+    mapper["t2m/0.0.0"] = b"\0" * 2**20
+    try:
+        with pytest.raises(InputError) as err:
+            _stats("memory://wxstats-big/g.zarr", splits=())
+        limit = declared + declared // 8 + 2**16
+        assert str(err.value) == (
+            "memory://wxstats-big/g.zarr: cannot read object t2m/0.0.0: is stored in more "
+            f"than {limit} bytes, more than any codec takes for its declared {declared} bytes"
+        )
+    finally:
+        fsspec.filesystem("memory").rm("/wxstats-big", recursive=True)
+
+
 def test_feature_dims_option(data):
     root, _, truth = data
     flat = _stats(root / "g.zarr", splits=(), variables=["z"], feature_dims=[])

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from wxstats.storage.chunks import ChunkReader
-from wxstats.storage.decompress import TooLarge, inflate, stored_limit
+from wxstats.storage.decompress import check_stored, inflate
 from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
 
@@ -107,8 +107,7 @@ class Hdf5ChunkStore:
         if entry is None:
             return None  # never written: HDF5 reads the fill value
         offset, size, mask, pipeline, nbytes = entry
-        if size > stored_limit(nbytes):
-            raise TooLarge(nbytes, stored=size)
+        check_stored(size, nbytes)
         data = os.pread(self.fd, size, offset)
         if len(data) != size:
             raise OSError(f"the file ends inside chunk {key} (truncated?)")

@@ -19,7 +19,7 @@ import numpy as np
 
 from wxstats.core.errors import InputError, first_line
 from wxstats.storage.chunks import ChunkReader
-from wxstats.storage.decompress import TooLarge, bounded, check_stored, object_limit, stored_limit
+from wxstats.storage.decompress import TooLarge, bounded, check_stored, object_limit
 from wxstats.storage.described import ChunkCodec, ChunkedArray
 from wxstats.storage.readahead import will_need
 from wxstats.storage.requests import Requests
@@ -95,8 +95,8 @@ class ChunkStore:
         bytes than any codec takes for ``nbytes`` decoded bytes is refused unread."""
         try:
             with open(os.path.join(self.path, key), "rb") as f:
-                if nbytes is not None and os.fstat(f.fileno()).st_size > stored_limit(nbytes):
-                    raise TooLarge(nbytes, stored=os.fstat(f.fileno()).st_size)
+                if nbytes is not None:
+                    check_stored(os.fstat(f.fileno()).st_size, nbytes)
                 return f.read()
         except FileNotFoundError:
             return None
@@ -201,13 +201,12 @@ class ChunkStore:
             if isinstance(value, FileNotFoundError):
                 out[key] = None
                 continue
-            if not isinstance(value, BaseException):
-                try:
-                    check_stored(len(value), nbytes, partly=True)
-                except TooLarge as exc:
-                    value = exc
-            if isinstance(value, BaseException):
-                raise _unreadable(self.path, key, value)
+            try:
+                if isinstance(value, BaseException):
+                    raise value
+                check_stored(len(value), nbytes, partly=True)
+            except Exception as exc:  # noqa: BLE001 - the store's error, or too large
+                raise _unreadable(self.path, key, exc) from None
             out[key] = value
         return out
 

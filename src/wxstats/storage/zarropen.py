@@ -155,10 +155,10 @@ def open_remote(
         remote = FsspecStore.from_url(url, storage_options=options, read_only=True)
         store = _prefetched()(remote, found, url)
         group = zarr.open_group(store, mode="r")
-        keys, sizes = _unzip(opening_keys(group, time_dim))
-        opening = chunks.fetch(keys, sizes)
+        members = _members(group, time_dim)
+        opening = chunks.fetch(*_unzip(opening_keys(members)))
         if early is not None:
-            chunks.request_early(*_unzip(first_keys(group, time_dim, early)))
+            chunks.request_early(*_unzip(first_keys(members, time_dim, early)))
         found.update(opening.result())
     except RefusedObject:  # larger than declared: not to be read whole another way
         chunks.close()
@@ -181,23 +181,44 @@ def _unzip(pairs: list[tuple[str, int]]) -> tuple[list[str], list[int]]:
     return [k for k, _ in pairs], [n for _, n in pairs]
 
 
-def opening_keys(group: Any, time_dim: str) -> list[tuple[str, int]]:
+Member = tuple[str, Any, tuple[str, ...], bool]
+"""An array's name, the array, its dimension names, whether it is data along time."""
+
+
+def _members(group: Any, time_dim: str) -> list[Member]:
+    """Each array of ``group`` once (zarr makes every array from its metadata at
+    each listing), with its dimensions and whether it is data along ``time_dim``:
+    not a coordinate, neither its own dimension nor named in an array's
+    ``coordinates`` attribute. Left out: a sharded array and one without
+    dimension names (zarr reads them itself)."""
+    arrays = dict(group.arrays())
+    named = {c for arr in arrays.values() for c in str(arr.attrs.get("coordinates", "")).split()}
+    out = []
+    for name, arr in arrays.items():
+        dims = _dims(arr)
+        if dims is None or getattr(arr, "shards", None) is not None:
+            continue
+        out.append((name, arr, dims, time_dim in dims and dims != (name,) and name not in named))
+    return out
+
+
+def _chunk_bytes(arr: Any) -> int:
+    """The decoded bytes of one chunk of ``arr``, as its metadata declares them."""
+    return math.prod(arr.chunks) * np.dtype(arr.dtype).itemsize
+
+
+def opening_keys(members: list[Member]) -> list[tuple[str, int]]:
     """The chunk objects of what is read when the store is opened and planned:
     every dimension coordinate (xarray's indexes), coordinates along time named
     in an array's ``coordinates`` attribute (decoded at opening), and the arrays
     without ``time_dim`` (coordinates, static fields, mllam-data-prep's
     splits), each within :data:`ARRAY_BYTES`; never a sharded array's, nor the
-    data with time, which the chunk reader fetches. Each with its declared
-    decoded bytes (what bounds its fetch)."""
-    arrays = dict(group.arrays())
-    named = {c for arr in arrays.values() for c in str(arr.attrs.get("coordinates", "")).split()}
+    data with time, which the chunk reader fetches (``members``: :func:`_members`).
+    Each with its declared decoded bytes (what bounds its fetch)."""
     keys: list[tuple[str, int]] = []
     total = 0
-    for name, arr in arrays.items():
-        dims = _dims(arr)
-        if dims is None or getattr(arr, "shards", None) is not None:
-            continue
-        if time_dim in dims and dims != (name,) and name not in named:
+    for _, arr, _, data in members:
+        if data:
             continue
         nbytes = math.prod(arr.shape) * np.dtype(arr.dtype).itemsize
         grid = [range(math.ceil(s / c)) for s, c in zip(arr.shape, arr.chunks, strict=True)]
@@ -216,30 +237,26 @@ def _chunk_keys(arr: Any, grid: list[range]) -> list[tuple[str, int]]:
     with a chunk's declared decoded bytes."""
     prefix = f"{arr.path}/" if arr.path else ""
     encode = arr.metadata.encode_chunk_key
-    nbytes = math.prod(arr.chunks) * np.dtype(arr.dtype).itemsize
+    nbytes = _chunk_bytes(arr)
     return [(prefix + encode(coords), nbytes) for coords in itertools.product(*grid)]
 
 
-def first_keys(group: Any, time_dim: str, early: Early) -> list[tuple[str, int]]:
+def first_keys(members: list[Member], time_dim: str, early: Early) -> list[tuple[str, int]]:
     """The chunk objects of the first time chunk of each data array along
     ``time_dim`` that the chunk reader decodes (the run's first block reads them:
     see the module doc), within ``early.nbytes``, in the store's order."""
-    named = {c for _, arr in group.arrays() for c in str(arr.attrs.get("coordinates", "")).split()}
     keys: list[tuple[str, int]] = []
     total = 0
-    for name, arr in group.arrays():
-        dims = _dims(arr)
-        if dims is None or time_dim not in dims or dims == (name,) or name in named:
+    for name, arr, dims, data in members:
+        if not data or (early.variables is not None and name not in early.variables):
             continue
-        if early.variables is not None and name not in early.variables:
-            continue
-        if getattr(arr, "shards", None) is not None or chunk_codec(arr) is None:
+        if chunk_codec(arr) is None:
             continue
         t = dims.index(time_dim)
         grid = [range(1) if d == t else range(math.ceil(s / c))
                 for d, (s, c) in enumerate(zip(arr.shape, arr.chunks, strict=True))]  # fmt: skip
         count = math.prod(len(r) for r in grid)
-        nbytes = count * math.prod(arr.chunks) * np.dtype(arr.dtype).itemsize
+        nbytes = count * _chunk_bytes(arr)
         if total + nbytes > early.nbytes or len(keys) + count > MOST_OBJECTS:
             break
         total += nbytes
